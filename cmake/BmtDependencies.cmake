@@ -1,0 +1,40 @@
+# Finds everything the library links against. One place, so that the build and the installed
+# package config agree on what a bmtrain build needs.
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(Threads REQUIRED)
+find_package(Kokkos REQUIRED)
+
+# Debian's Kokkos 3.4 (libtrilinos-kokkos-dev) exports Kokkos::kokkos with the include directory
+# /usr/lib/include, which does not exist; Kokkos_INCLUDE_DIRS from the same config is right.
+if(TARGET Kokkos::kokkos AND Kokkos_INCLUDE_DIRS)
+  get_target_property(_bmt_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+  foreach(_dir IN LISTS _bmt_kokkos_inc)
+    if(NOT EXISTS "${_dir}")
+      set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+      break()
+    endif()
+  endforeach()
+endif()
+
+if(BMT_ENABLE_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "BMT_ENABLE_CUDA=ON needs NCCL: expected nccl.h and libnccl (set NCCL_ROOT), "
+                        "found include='${NCCL_INCLUDE_DIR}' library='${NCCL_LIBRARY}'")
+  endif()
+  if(NOT Kokkos_ENABLE_CUDA)
+    message(FATAL_ERROR "BMT_ENABLE_CUDA=ON needs a Kokkos built with its CUDA backend; "
+                        "the Kokkos found at ${Kokkos_DIR} has none")
+  endif()
+else()
+  find_package(BLAS REQUIRED)
+  find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread)
+  if(NOT CBLAS_INCLUDE_DIR)
+    message(FATAL_ERROR "The CPU build needs a CBLAS header (cblas.h, e.g. from libopenblas-dev); none found")
+  endif()
+endif()

@@ -1,0 +1,113 @@
+#pragma once
+// Reverse-mode autograd. Every differentiable op, in the library and in user code, is a Function:
+// a forward over tensors and a backward from output gradients to input gradients.
+//
+//   struct Square : bmt::autograd::Function {
+//     bmt::Tensor x;
+//     std::vector<bmt::Tensor> forward(const std::vector<bmt::Tensor>& in) override {
+//       x = in[0].detach();
+//       return {bmt::mul(x, x)};
+//     }
+//     std::vector<bmt::Tensor> backward(const std::vector<bmt::Tensor>& g) override {
+//       return {bmt::mul(bmt::scale(x, 2.0f), g[0])};
+//     }
+//     std::string name() const override { return "Square"; }
+//   };
+//   bmt::Tensor y = bmt::autograd::call<Square>({x})[0];
+//
+// forward runs with gradient recording off, so the ops it uses leave no graph of their own. When
+// grad mode is on and an input requires grad, the outputs get the Function as their grad_fn.
+// Save what backward needs as members; save outputs (or anything derived from the graph) detached,
+// so that no tensor holds its own producer and no cycle keeps memory alive.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::autograd {
+
+class Node;
+
+// Where the gradient of one input goes: output `input_nr` of `node`.
+struct Edge {
+  std::shared_ptr<Node> node;
+  int input_nr = 0;
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual std::string name() const = 0;
+  // grad_outputs[i] is the gradient of output i (undefined if none reached it); returns one
+  // gradient per input, undefined where the input needs none.
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
+  // Drops what forward saved; called once backward has passed through this node.
+  virtual void release() {}
+
+  std::vector<Edge> next_edges;  // one per input
+  int num_outputs = 0;
+};
+
+class Function : public Node {
+ public:
+  virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs) = 0;
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) final;
+  void release() override { released_ = true; release_saved(); }
+  // Override to free saved tensors early (members are freed with the node otherwise).
+  virtual void release_saved() {}
+
+  // Runs fn->forward and, if recording, links the outputs to fn.
+  static std::vector<Tensor> run(const std::shared_ptr<Function>& fn, const std::vector<Tensor>& inputs);
+
+  // True for inputs whose gradient the graph needs (backward may skip the others).
+  bool needs_input_grad(std::size_t i) const {
+    return i < next_edges.size() && static_cast<bool>(next_edges[i].node);
+  }
+
+ private:
+  bool released_ = false;
+};
+
+template <class F, class... Args>
+std::vector<Tensor> call(const std::vector<Tensor>& inputs, Args&&... args) {
+  return Function::run(std::make_shared<F>(std::forward<Args>(args)...), inputs);
+}
+
+// Gradient recording switch, per thread.
+bool grad_enabled();
+void set_grad_enabled(bool on);
+
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Runs backward from `roots` with the given gradients (defaults: 1 for scalar roots).
+// Leaf tensors that require grad accumulate into .grad(). The graph is freed as it is walked.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {});
+
+}  // namespace bmt::autograd
+
+namespace bmt {
+using autograd::NoGradGuard;
+}

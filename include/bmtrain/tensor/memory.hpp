@@ -1,0 +1,25 @@
+#pragma once
+// Raw memory operations on the Kokkos default memory space, the one seam between the tensor layer
+// and the backend (host or CUDA). Device-side copies are ordered on the compute stream.
+#include <cstddef>
+
+namespace bmt::memory {
+
+void* system_allocate(std::size_t bytes);  // nullptr when the system has no more
+void system_free(void* ptr);
+// Blocking copies between the memory space and host memory.
+void copy_to_host(void* host_dst, const void* src, std::size_t bytes);
+void copy_from_host(void* dst, const void* host_src, std::size_t bytes);
+// Copy within the memory space, queued on the compute stream.
+void copy(void* dst, const void* src, std::size_t bytes);
+void set_zero(void* dst, std::size_t bytes);
+// True when the memory space is the host's (the host build).
+constexpr bool is_host() {
+#ifdef BMT_ENABLE_CUDA
+  return false;
+#else
+  return true;
+#endif
+}
+
+}  // namespace bmt::memory

@@ -1,0 +1,79 @@
+#include "bmtrain/autograd/function.hpp"
+
+#include "bmtrain/runtime/error.hpp"
+
+namespace bmt::autograd {
+
+std::vector<Tensor> accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& grad);
+
+namespace {
+thread_local bool t_grad_enabled = true;
+
+// Gradient sink of a leaf tensor: adds into its .grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }
+  std::string name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    return accumulate_into_leaf(leaf_, grads.empty() ? Tensor() : grads[0]);
+  }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool on) { t_grad_enabled = on; }
+
+std::shared_ptr<Node> make_accumulate_grad(const std::shared_ptr<TensorImpl>& leaf) {
+  return std::make_shared<AccumulateGrad>(leaf);
+}
+
+std::vector<Tensor> Function::apply(const std::vector<Tensor>& grad_outputs) {
+  BMT_REQUIRE(!released_, name() << ": backward through this part of the graph a second time; "
+                                    "expected each graph to be walked once");
+  std::vector<Tensor> grads = backward(grad_outputs);
+  BMT_REQUIRE(grads.size() == next_edges.size(), name() << "::backward: expected " << next_edges.size()
+                                                        << " input gradients, found " << grads.size());
+  return grads;
+}
+
+std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std::vector<Tensor>& inputs) {
+  bool record = false;
+  if (grad_enabled())
+    for (const auto& in : inputs) record = record || in.requires_grad();
+
+  std::vector<Tensor> outputs;
+  {
+    NoGradGuard no_grad;
+    outputs = fn->forward(inputs);
+  }
+  if (!record) return outputs;
+
+  fn->next_edges.clear();
+  fn->next_edges.reserve(inputs.size());
+  for (const auto& in : inputs) {
+    if (!in.requires_grad()) {
+      fn->next_edges.push_back({});
+    } else if (in.grad_fn()) {
+      fn->next_edges.push_back({in.grad_fn(), in.impl()->output_nr});
+    } else {
+      fn->next_edges.push_back({make_accumulate_grad(in.impl()), 0});
+    }
+  }
+  fn->num_outputs = static_cast<int>(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    Tensor& out = outputs[i];
+    if (!out.defined() || !is_floating(out.dtype())) continue;
+    // A Function may return one of its inputs (or a view of one): give the output its own
+    // autograd identity so the input's history stays intact.
+    if (out.impl()->grad_fn || out.impl()->requires_grad) out = out.detach();
+    out.impl()->requires_grad = true;
+    out.impl()->grad_fn = fn;
+    out.impl()->output_nr = static_cast<int>(i);
+  }
+  return outputs;
+}
+
+}  // namespace bmt::autograd

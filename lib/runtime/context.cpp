@@ -1,0 +1,217 @@
+#include "bmtrain/runtime/context.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/logging.hpp"
+#include "runtime_internal.hpp"
+
+#ifdef BMT_ENABLE_CUDA
+#include "bmtrain/runtime/cuda_check.hpp"
+#endif
+
+namespace bmt {
+
+namespace {
+
+std::unique_ptr<Context> g_context;
+std::vector<std::function<void()>>& teardowns() {
+  static std::vector<std::function<void()>> list;
+  return list;
+}
+std::terminate_handler g_previous_terminate = nullptr;
+
+// An exception that escapes on one rank must not leave the others waiting in a collective.
+void terminate_job() {
+  std::string what = "terminate called";
+  if (auto e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = std::string("uncaught exception: ") + ex.what();
+    } catch (...) {
+      what = "uncaught exception of unknown type";
+    }
+  }
+  std::fprintf(stderr, "[bmtrain] fatal error on %s: %s; ending the job\n", where().c_str(), what.c_str());
+  std::fflush(stderr);
+  detail::abort_job(1);
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+void read_topology(MPI_Comm world, Topology& t) {
+  BMT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
+  BMT_MPI_CHECK(MPI_Comm_size(world, &t.world_size));
+  MPI_Comm local;
+  BMT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
+  BMT_MPI_CHECK(MPI_Comm_rank(local, &t.local_rank));
+  BMT_MPI_CHECK(MPI_Comm_size(local, &t.local_size));
+  // Node index: the rank of this node's leader among all leaders, shared with the node.
+  MPI_Comm leaders;
+  BMT_MPI_CHECK(MPI_Comm_split(world, t.local_rank == 0 ? 0 : MPI_UNDEFINED, t.rank, &leaders));
+  int node_info[2] = {0, 1};
+  if (leaders != MPI_COMM_NULL) {
+    BMT_MPI_CHECK(MPI_Comm_rank(leaders, &node_info[0]));
+    BMT_MPI_CHECK(MPI_Comm_size(leaders, &node_info[1]));
+    BMT_MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  BMT_MPI_CHECK(MPI_Bcast(node_info, 2, MPI_INT, 0, local));
+  BMT_MPI_CHECK(MPI_Comm_free(&local));
+  t.node = node_info[0];
+  t.node_count = node_info[1];
+  t.hostname = host_name();
+}
+
+int choose_device(const Topology& t, int requested) {
+#ifdef BMT_ENABLE_CUDA
+  int count = 0;
+  BMT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (count == 0) BMT_FATAL("the CUDA build found no visible GPU (CUDA_VISIBLE_DEVICES='"
+                            << (std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "")
+                            << "')");
+  if (requested >= 0) {
+    BMT_REQUIRE(requested < count, "InitOptions::device: expected a device in [0, " << count
+                                       << "), found " << requested);
+    return requested;
+  }
+  // With one GPU per rank visible (a scheduler's CUDA_VISIBLE_DEVICES) this is device 0.
+  return t.local_rank % count;
+#else
+  (void)t;
+  (void)requested;
+  return -1;
+#endif
+}
+
+void init_kokkos(int device, bool& owns) {
+  if (Kokkos::is_initialized()) {
+    owns = false;
+    return;
+  }
+#if KOKKOS_VERSION >= 30700
+  Kokkos::InitializationSettings settings;
+  if (device >= 0) settings.set_device_id(device);
+  settings.set_disable_warnings(true);
+  Kokkos::initialize(settings);
+#else
+  Kokkos::InitArguments args;
+  args.device_id = device;
+  args.disable_warnings = true;
+  Kokkos::initialize(args);
+#endif
+  owns = true;
+}
+
+}  // namespace
+
+const Context& init_distributed(int* argc, char*** argv, const InitOptions& options) {
+  BMT_REQUIRE(!g_context, "init_distributed: expected one call per process, found a second call "
+                          "(call bmt::finalize() first to start again)");
+  auto ctx = std::make_unique<Context>();
+  int initialized = 0;
+  BMT_MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    BMT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    ctx->owns_mpi_ = true;
+  }
+  int provided = 0;
+  BMT_MPI_CHECK(MPI_Query_thread(&provided));
+  BMT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->mpi_world_));
+  BMT_MPI_CHECK(MPI_Comm_set_errhandler(ctx->mpi_world_, MPI_ERRORS_RETURN));
+  read_topology(ctx->mpi_world_, ctx->topology_);
+  if (provided < MPI_THREAD_MULTIPLE && ctx->topology_.rank == 0)
+    warn("MPI provides thread level ", provided, " below MPI_THREAD_MULTIPLE; "
+         "communication streams will take turns calling MPI");
+  g_previous_terminate = std::set_terminate(terminate_job);
+
+  ctx->topology_.device = choose_device(ctx->topology_, options.device);
+#ifdef BMT_ENABLE_CUDA
+  BMT_CUDA_CHECK(cudaSetDevice(ctx->topology_.device));
+#endif
+  init_kokkos(ctx->topology_.device, ctx->owns_kokkos_);
+  ctx->seed_ = options.seed;
+  detail::create_mpi_ops();
+
+  ctx->compute_ = std::make_unique<Stream>(Stream::Kind::compute, "compute");
+  ctx->gather_ = std::make_unique<Stream>(Stream::Kind::communication, "gather");
+  ctx->scatter_ = std::make_unique<Stream>(Stream::Kind::communication, "scatter");
+#ifdef BMT_ENABLE_CUDA
+  ctx->world_comm_ = make_nccl_communicator(ctx->mpi_world_);
+  ctx->gather_comm_ = make_nccl_communicator(ctx->mpi_world_);
+  ctx->scatter_comm_ = make_nccl_communicator(ctx->mpi_world_);
+#else
+  ctx->world_comm_ = make_mpi_communicator(ctx->mpi_world_);
+  ctx->gather_comm_ = make_mpi_communicator(ctx->mpi_world_);
+  ctx->scatter_comm_ = make_mpi_communicator(ctx->mpi_world_);
+#endif
+  ctx->host_comm_ = make_mpi_communicator(ctx->mpi_world_);
+  g_context = std::move(ctx);
+  return *g_context;
+}
+
+const Context& init_distributed(const InitOptions& options) {
+  return init_distributed(nullptr, nullptr, options);
+}
+
+void finalize() {
+  if (!g_context) return;
+  g_context->compute_->synchronize();
+  g_context->gather_->synchronize();
+  g_context->scatter_->synchronize();
+  auto& list = teardowns();
+  while (!list.empty()) {
+    auto teardown = std::move(list.back());
+    list.pop_back();
+    teardown();
+  }
+  auto ctx = std::move(g_context);
+  ctx->host_comm_.reset();
+  ctx->scatter_comm_.reset();
+  ctx->gather_comm_.reset();
+  ctx->world_comm_.reset();
+  ctx->scatter_.reset();
+  ctx->gather_.reset();
+  ctx->compute_.reset();
+  detail::free_mpi_ops();
+  std::set_terminate(g_previous_terminate);
+  if (ctx->owns_kokkos_) Kokkos::finalize();
+  MPI_Comm_free(&ctx->mpi_world_);
+  if (ctx->owns_mpi_) MPI_Finalize();
+}
+
+void at_finalize(std::function<void()> teardown) { teardowns().push_back(std::move(teardown)); }
+
+bool is_initialized() { return static_cast<bool>(g_context); }
+
+Context& context() {
+  BMT_REQUIRE(g_context, "the bmtrain runtime is not initialized: call bmt::init_distributed() first");
+  return *g_context;
+}
+
+int rank() { return context().topology().rank; }
+int world_size() { return context().topology().world_size; }
+int local_rank() { return context().topology().local_rank; }
+int node_count() { return context().topology().node_count; }
+std::uint64_t seed() { return context().seed(); }
+
+void synchronize() {
+  Context& c = context();
+  c.compute_stream().synchronize();
+  c.gather_stream().synchronize();
+  c.scatter_stream().synchronize();
+  BMT_MPI_CHECK(MPI_Barrier(c.mpi_comm()));
+}
+
+}  // namespace bmt

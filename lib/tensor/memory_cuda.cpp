@@ -1,0 +1,42 @@
+// CUDA build of the raw memory seam: cudaMalloc'd blocks; copies and fills on the compute stream.
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/cuda_check.hpp"
+#include "bmtrain/tensor/memory.hpp"
+
+namespace bmt::memory {
+
+namespace {
+cudaStream_t compute() { return is_initialized() ? context().compute_stream().native() : nullptr; }
+}  // namespace
+
+void* system_allocate(std::size_t bytes) {
+  void* ptr = nullptr;
+  if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky out-of-memory error; the caller retries or reports
+    return nullptr;
+  }
+  return ptr;
+}
+void system_free(void* ptr) {
+  // The block may still be in use by queued work: wait for the device first.
+  BMT_CUDA_CHECK(cudaDeviceSynchronize());
+  BMT_CUDA_CHECK(cudaFree(ptr));
+}
+void copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
+  if (!bytes) return;
+  BMT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, compute()));
+  BMT_CUDA_CHECK(cudaStreamSynchronize(compute()));
+}
+void copy_from_host(void* dst, const void* host_src, std::size_t bytes) {
+  if (!bytes) return;
+  BMT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute()));
+  BMT_CUDA_CHECK(cudaStreamSynchronize(compute()));
+}
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes && dst != src) BMT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute()));
+}
+void set_zero(void* dst, std::size_t bytes) {
+  if (bytes) BMT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute()));
+}
+
+}  // namespace bmt::memory

@@ -1,0 +1,28 @@
+// Host build of the raw memory seam: aligned heap memory, memcpy and memset.
+#include <cstdlib>
+#include <cstring>
+
+#include "bmtrain/tensor/allocator.hpp"
+#include "bmtrain/tensor/memory.hpp"
+
+namespace bmt::memory {
+
+void* system_allocate(std::size_t bytes) {
+  const std::size_t rounded = (bytes + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment;
+  return std::aligned_alloc(kAllocationAlignment, rounded);
+}
+void system_free(void* ptr) { std::free(ptr); }
+void copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+void copy_from_host(void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
+void set_zero(void* dst, std::size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+}  // namespace bmt::memory

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12 machine: installs what it needs, builds the CPU build
+# in build/ (reused when present), runs every test. Usage: scripts/test.sh [extra ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build --parallel "$(nproc)"
+# Oversubscribed MPI tests must not spin: let idle ranks yield the core.
+export OMPI_MCA_mpi_yield_when_idle=1
+ctest --test-dir build --output-on-failure --timeout 900 "$@"
