@@ -206,6 +206,10 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data() const {
   check_defined("Tensor::data");
+  BMT_REQUIRE(impl_->storage, "tensor '" << impl_->name << "' " << bmt::to_string(impl_->shape)
+                                         << " has no storage: expected an initialized tensor, found a parameter that is "
+                                            "not initialized (call bmt::init_parameters) or sharded (outside its "
+                                            "CheckpointBlock, use .gather())");
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);
 }
 

@@ -21,6 +21,7 @@ namespace bmt {
 namespace autograd {
 class Node;
 }
+struct ParameterInfo;  // defined by the nn layer: what makes a tensor a (sharded) parameter
 
 using Shape = std::vector<std::int64_t>;
 
@@ -59,6 +60,7 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;
   int output_nr = 0;  // which output of grad_fn this is
   std::string name;   // for error messages and inspection (parameters carry their dotted name)
+  std::shared_ptr<ParameterInfo> param;  // set for parameters only
 };
 
 class Tensor {
