@@ -1,0 +1,28 @@
+#pragma once
+// Raw elementwise kernels (no autograd): broadcasting binary arithmetic, activations and their
+// derivatives. Inputs must be contiguous and of one floating dtype; outputs are new contiguous
+// tensors of that dtype. Differentiable wrappers are in bmtrain/ops/elementwise.hpp.
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::kernels {
+
+enum class BinaryOp { add, sub, mul };
+enum class Activation { gelu, silu, relu };
+
+// NumPy broadcast of two shapes; throws naming both shapes when they do not broadcast.
+Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
+
+// op(a, b) with broadcasting, into a new tensor of the broadcast shape.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// alpha * x + beta.
+Tensor affine(const Tensor& x, float alpha, float beta);
+
+Tensor activation_forward(Activation act, const Tensor& x);
+// grad * act'(x).
+Tensor activation_backward(Activation act, const Tensor& x, const Tensor& grad);
+
+Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
+// d_gate = grad * up * silu'(gate), d_up = grad * silu(gate); either pointer may be null.
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad, Tensor* d_gate, Tensor* d_up);
+
+}  // namespace bmt::kernels

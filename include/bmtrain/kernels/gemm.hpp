@@ -1,0 +1,39 @@
+#pragma once
+// The GEMM seam: lib/kernels/gemm_host.cpp (OpenBLAS) or lib/kernels/gemm_cuda.cpp (cuBLASLt) is
+// compiled, never both. Row-major throughout, like the rest of the library:
+//
+//   C[i] = alpha * op(A[i]) op(B[i]) + beta * C[i] (+ bias on every row),  i < batch
+//
+// with op(A) of shape [m, k], op(B) [k, n], C [m, n]. An operand with trans set is stored as its
+// transpose ([k, m] for A), which is how a transposed view is read without a copy. A, B, C and bias
+// share one dtype (f32, bf16 or f16); products and sums are f32. The work is queued on the compute
+// stream.
+#include <cstdint>
+
+#include "bmtrain/runtime/dtype.hpp"
+
+namespace bmt::kernels {
+
+struct GemmOperand {
+  const void* data = nullptr;
+  std::int64_t ld = 0;            // elements between consecutive stored rows
+  bool trans = false;             // stored transposed
+  std::int64_t batch_stride = 0;  // elements between consecutive matrices of a batch
+};
+
+struct GemmParams {
+  DType dtype = DType::f32;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t batch = 1;
+  GemmOperand a, b;
+  void* c = nullptr;
+  std::int64_t ldc = 0;
+  std::int64_t c_batch_stride = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const void* bias = nullptr;  // [n] or null; only with batch == 1
+};
+
+void gemm(const GemmParams& p);
+
+}  // namespace bmt::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Differentiable matrix products over the GEMM seam (OpenBLAS on the host build, cuBLASLt on CUDA).
+// Arithmetic is f32 for every dtype; the result has the inputs' dtype.
+//
+// Operands are used in place when their last two dimensions are row-major or column-major with
+// unit stride (a transposed view such as w.transpose(0, 1) of a contiguous matrix is read through a
+// BLAS transpose flag, not copied); other layouts are copied to contiguous memory first.
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt {
+
+// a [..., M, K] x b [K, N] -> [..., M, N]: the leading dimensions of a are flattened into M.
+// a [B..., M, K] x b [B..., K, N] with the same leading dimensions -> [B..., M, N]: one product
+// per leading index (batched GEMM); leading dimensions are not broadcast.
+// a 1-D is not accepted: give it a leading dimension of 1.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// y = x W^T + b, PyTorch's convention: x [..., in], weight [out, in], bias [out] or an undefined
+// Tensor() for none. On CUDA the bias is fused into the GEMM (cuBLASLt bias epilogue).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace bmt
