@@ -41,10 +41,13 @@ std::vector<Tensor> Function::apply(const std::vector<Tensor>& grad_outputs) {
 
 std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std::vector<Tensor>& inputs) {
   bool record = false;
-  if (grad_enabled())
+  if (grad_enabled()) {
+    record = fn->holds_trainable_parameters();
     for (const auto& in : inputs) record = record || in.requires_grad();
+  }
 
   std::vector<Tensor> outputs;
+  fn->recording_ = record;
   {
     NoGradGuard no_grad;
     outputs = fn->forward(inputs);

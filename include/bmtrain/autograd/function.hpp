@@ -59,8 +59,15 @@ class Function : public Node {
   // Override to free saved tensors early (members are freed with the node otherwise).
   virtual void release_saved() {}
 
+  // True if the Function owns trainable state (parameters) beyond its inputs: its outputs then
+  // need a graph even when no input requires grad.
+  virtual bool holds_trainable_parameters() const { return false; }
+
   // Runs fn->forward and, if recording, links the outputs to fn.
   static std::vector<Tensor> run(const std::shared_ptr<Function>& fn, const std::vector<Tensor>& inputs);
+
+  // True while forward runs if its outputs will be recorded into a graph (backward may follow).
+  bool is_recording() const { return recording_; }
 
   // True for inputs whose gradient the graph needs (backward may skip the others).
   bool needs_input_grad(std::size_t i) const {
@@ -69,6 +76,7 @@ class Function : public Node {
 
  private:
   bool released_ = false;
+  bool recording_ = false;
 };
 
 template <class F, class... Args>

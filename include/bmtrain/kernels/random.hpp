@@ -44,4 +44,11 @@ inline std::uint64_t key(std::uint64_t seed, const std::string& name) {
   return mix64(seed ^ mix64(h));
 }
 
+// The stream of keys ops such as dropout draw from: key(seed, "random") mixed with a counter that
+// advances once per draw. CheckpointBlock saves the counter before a block's forward and replays
+// it during the recompute, so the recompute draws the same keys (the same dropout masks).
+std::uint64_t next_key();
+std::uint64_t key_counter();
+void set_key_counter(std::uint64_t counter);
+
 }  // namespace bmt::random
