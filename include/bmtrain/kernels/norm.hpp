@@ -1,0 +1,25 @@
+#pragma once
+// LayerNorm and RMSNorm kernels over the last dimension. The differentiable ops are in
+// bmtrain/ops/norm.hpp; these fill tensors the caller allocated, so that a backend-specific kernel
+// can replace one without touching the ops.
+//
+// x, y, dy, dx: contiguous [rows, C] (any leading shape), all of one floating dtype.
+// weight, bias, dweight, dbias: contiguous [C] of x's dtype; undefined where absent/not wanted.
+// mean, rstd: f32 [rows], written by forward and read by backward. Statistics, and the reductions
+// of dweight/dbias over rows, are computed in f32 whatever the storage dtype.
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::kernels {
+
+// y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps) (biased variance).
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+
+// y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y, const Tensor& rstd);
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                       const Tensor& dx, const Tensor& dweight);
+
+}  // namespace bmt::kernels

@@ -1,0 +1,256 @@
+// LayerNorm and RMSNorm share one kernel body: RMSNorm is LayerNorm without centering and without
+// bias. One team per row computes the f32 statistics; the weight/bias gradients are column sums
+// over rows, taken in row chunks (one chunk on the host, enough chunks to fill a GPU otherwise)
+// and folded at the end, so no atomics are needed and the result does not depend on scheduling.
+#include "bmtrain/kernels/norm.hpp"
+
+#include <algorithm>
+
+#include "row_reduce.hpp"
+
+namespace bmt::kernels {
+
+namespace {
+
+struct RowShape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+};
+
+RowShape row_shape(const Tensor& x, const char* op) {
+  BMT_REQUIRE(x.defined() && x.dim() >= 1, op << ": expected a tensor with at least one dimension");
+  RowShape s;
+  s.cols = x.size(-1);
+  s.rows = s.cols == 0 ? 0 : x.numel() / s.cols;
+  return s;
+}
+
+void check_param(const Tensor& p, const Tensor& x, std::int64_t cols, const char* what, const char* op) {
+  if (!p.defined()) return;
+  BMT_REQUIRE(p.dim() == 1 && p.size(0) == cols,
+              op << ": expected " << what << " of shape [" << cols << "], found " << to_string(p.shape()));
+  BMT_REQUIRE(p.dtype() == x.dtype(), op << ": expected " << what << " of dtype " << dtype_name(x.dtype())
+                                        << " (the input's), found " << dtype_name(p.dtype()));
+}
+
+template <class T>
+const T* data_or_null(const Tensor& t, const char* op) {
+  return t.defined() ? view1<T>(t, op).data() : nullptr;
+}
+
+template <class T, bool kCentered>
+void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd, const char* op) {
+  const RowShape s = row_shape(x, op);
+  const std::int64_t C = s.cols;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const T* xp = view1<T>(x, op).data();
+  T* yp = view1<T>(y, op).data();
+  const T* wp = data_or_null<T>(weight, op);
+  const T* bp = data_or_null<T>(bias, op);
+  float* meanp = kCentered ? view1<float>(mean, op).data() : nullptr;
+  float* rstdp = view1<float>(rstd, op).data();
+  Kokkos::parallel_for(
+      op, row_policy(s.rows, op), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* xr = xp + r * C;
+        T* yr = yp + r * C;
+        float mu = 0.0f;
+        if (kCentered) mu = team_sum(team, C, [&](std::int64_t j) { return to_f32(xr[j]); }) * inv_c;
+        const float var = team_sum(team, C, [&](std::int64_t j) {
+                            const float d = to_f32(xr[j]) - mu;
+                            return d * d;
+                          }) * inv_c;
+        const float rs = kmath::rsqrt(var + eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
+          float v = (to_f32(xr[j]) - mu) * rs;
+          if (wp) v *= to_f32(wp[j]);
+          if (bp) v += to_f32(bp[j]);
+          yr[j] = from_f32<T>(v);
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          if (meanp) meanp[r] = mu;
+          rstdp[r] = rs;
+        });
+      });
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, xhat = (x - mean) * rstd;
+// without centering the mean(g) term drops out.
+template <class T, bool kCentered>
+void norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const char* op) {
+  const RowShape s = row_shape(x, op);
+  const std::int64_t C = s.cols;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const T* dyp = view1<T>(dy, op).data();
+  const T* xp = view1<T>(x, op).data();
+  const T* wp = data_or_null<T>(weight, op);
+  const float* meanp = kCentered ? view1<float>(mean, op).data() : nullptr;
+  const float* rstdp = view1<float>(rstd, op).data();
+  T* dxp = view1<T>(dx, op).data();
+  Kokkos::parallel_for(
+      op, row_policy(s.rows, op), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* xr = xp + r * C;
+        const T* dyr = dyp + r * C;
+        T* dxr = dxp + r * C;
+        const float mu = kCentered ? meanp[r] : 0.0f;
+        const float rs = rstdp[r];
+        auto g = [&](std::int64_t j) { return wp ? to_f32(dyr[j]) * to_f32(wp[j]) : to_f32(dyr[j]); };
+        const float mean_g = kCentered ? team_sum(team, C, g) * inv_c : 0.0f;
+        const float mean_gx = team_sum(team, C, [&](std::int64_t j) { return g(j) * (to_f32(xr[j]) - mu) * rs; }) * inv_c;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
+          const float xhat = (to_f32(xr[j]) - mu) * rs;
+          dxr[j] = from_f32<T>(rs * (g(j) - mean_g - xhat * mean_gx));
+        });
+      });
+}
+
+// How many row chunks the column sums use: one on the host (one pass, rows outer, streaming),
+// enough on a GPU that the chunks times the columns fill the device.
+std::int64_t column_chunks(std::int64_t rows) {
+  const std::int64_t concurrency = space().concurrency();
+  if (concurrency <= 1) return 1;
+  return std::max<std::int64_t>(1, std::min<std::int64_t>({rows, concurrency / 256, 1024}));
+}
+
+// dweight = sum over rows of dy * xhat, dbias = sum over rows of dy, in f32.
+template <class T, bool kCentered>
+void norm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dweight, const Tensor& dbias, const char* op) {
+  if (!dweight.defined() && !dbias.defined()) return;
+  const RowShape s = row_shape(x, op);
+  const std::int64_t C = s.cols;
+  const std::int64_t rows = s.rows;
+  const std::int64_t chunks = column_chunks(rows);
+  const std::int64_t rows_per_chunk = rows == 0 ? 0 : (rows + chunks - 1) / chunks;
+  const T* dyp = view1<T>(dy, op).data();
+  const T* xp = view1<T>(x, op).data();
+  const float* meanp = kCentered ? view1<float>(mean, op).data() : nullptr;
+  const float* rstdp = view1<float>(rstd, op).data();
+  const bool want_w = dweight.defined();
+  const bool want_b = dbias.defined();
+  Tensor partial = Tensor::empty({2, chunks, C}, DType::f32);
+  float* pw = partial.data_as<float>();
+  float* pb = pw + chunks * C;
+  Kokkos::parallel_for(
+      op, TeamPolicy(space(), static_cast<int>(chunks), Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t c = team.league_rank();
+        const std::int64_t r0 = c * rows_per_chunk;
+        const std::int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+        float* aw = pw + c * C;
+        float* ab = pb + c * C;
+        // Each thread owns the same columns in every row, so the row loop needs no barrier.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
+          aw[j] = 0.0f;
+          ab[j] = 0.0f;
+        });
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const T* xr = xp + r * C;
+          const T* dyr = dyp + r * C;
+          const float mu = kCentered ? meanp[r] : 0.0f;
+          const float rs = rstdp[r];
+          if (want_w && want_b) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
+              const float g = to_f32(dyr[j]);
+              aw[j] += g * (to_f32(xr[j]) - mu) * rs;
+              ab[j] += g;
+            });
+          } else if (want_w) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
+              aw[j] += to_f32(dyr[j]) * (to_f32(xr[j]) - mu) * rs;
+            });
+          } else {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) { ab[j] += to_f32(dyr[j]); });
+          }
+        }
+      });
+  T* dwp = want_w ? view1<T>(dweight, op).data() : nullptr;
+  T* dbp = want_b ? view1<T>(dbias, op).data() : nullptr;
+  Kokkos::parallel_for(
+      op, Kokkos::RangePolicy<ExecSpace>(space(), 0, C), KOKKOS_LAMBDA(std::int64_t j) {
+        float sw = 0.0f, sb = 0.0f;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          sw += pw[c * C + j];
+          sb += pb[c * C + j];
+        }
+        if (dwp) dwp[j] = from_f32<T>(sw);
+        if (dbp) dbp[j] = from_f32<T>(sb);
+      });
+}
+
+void check_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
+                   const Tensor& rstd, const char* op) {
+  const RowShape s = row_shape(x, op);
+  check_param(weight, x, s.cols, "weight", op);
+  check_param(bias, x, s.cols, "bias", op);
+  check_same_shape(y, x, op);
+  check_dtype(y, x.dtype(), op);
+  BMT_REQUIRE(rstd.numel() == s.rows, op << ": expected rstd with " << s.rows << " elements, found " << rstd.numel());
+  if (mean.defined())
+    BMT_REQUIRE(mean.numel() == s.rows, op << ": expected mean with " << s.rows << " elements, found " << mean.numel());
+}
+
+void check_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx, const Tensor& dweight,
+                    const Tensor& dbias, const char* op) {
+  const RowShape s = row_shape(x, op);
+  check_same_shape(dy, x, op);
+  check_dtype(dy, x.dtype(), op);
+  check_param(weight, x, s.cols, "weight", op);
+  check_param(dweight, x, s.cols, "weight gradient", op);
+  check_param(dbias, x, s.cols, "bias gradient", op);
+  if (dx.defined()) {
+    check_same_shape(dx, x, op);
+    check_dtype(dx, x.dtype(), op);
+  }
+}
+
+}  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layer_norm";
+  BMT_REQUIRE(mean.defined(), op << ": expected a mean tensor to save the row statistics in");
+  check_forward(x, weight, bias, y, mean, rstd, op);
+  if (x.numel() == 0) return;
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, true>(x, weight, bias, eps, y, mean, rstd, op); });
+}
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  const char* op = "layer_norm_backward";
+  check_backward(dy, x, weight, dx, dweight, dbias, op);
+  if (x.numel() == 0) {
+    if (dweight.defined()) dweight.zero_();
+    if (dbias.defined()) dbias.zero_();
+    return;
+  }
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
+    if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, op);
+    norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, op);
+  });
+}
+
+void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y, const Tensor& rstd) {
+  const char* op = "rms_norm";
+  check_forward(x, weight, Tensor(), y, Tensor(), rstd, op);
+  if (x.numel() == 0) return;
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, false>(x, weight, Tensor(), eps, y, Tensor(), rstd, op); });
+}
+
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dweight) {
+  const char* op = "rms_norm_backward";
+  check_backward(dy, x, weight, dx, dweight, Tensor(), op);
+  if (x.numel() == 0) {
+    if (dweight.defined()) dweight.zero_();
+    return;
+  }
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
+    if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, op);
+    norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), op);
+  });
+}
+
+}  // namespace bmt::kernels
