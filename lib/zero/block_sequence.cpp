@@ -1,0 +1,325 @@
+// The ZeRO-3 block scheduler: one autograd Function that runs a sequence of CheckpointBlocks,
+// overlapping parameter all-gathers (gather stream) and gradient reduce-scatters (scatter stream)
+// with computation (compute stream), ordered by events only.
+//
+// Gather buffers come from gather_ring(): block j uses slot j % (depth + 1). Gathers for the first
+// depth + 1 blocks are issued up front; when block i is done with its slot, the gather of block
+// i + depth + 1 is issued into it, so the slot's free event is always recorded before it is reused.
+// Backward walks the blocks in reverse with the same scheme, and each block's full-size f32
+// gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes.
+#include <algorithm>
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/random.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/buffer_ring.hpp"
+#include "bmtrain/zero/checkpoint_block.hpp"
+
+namespace bmt {
+
+namespace {
+
+// Set while a block body runs: a CheckpointBlock called from inside another's forward would take
+// gather slots the outer schedule relies on.
+thread_local bool t_in_block = false;
+
+class InBlock {
+ public:
+  InBlock() {
+    BMT_REQUIRE(!t_in_block, "CheckpointBlock: expected blocks to be called one after another, found a "
+                             "CheckpointBlock called inside another block's forward");
+    t_in_block = true;
+  }
+  ~InBlock() { t_in_block = false; }
+};
+
+std::size_t gather_bytes(ShardedStorage& s) {
+  return static_cast<std::size_t>(s.total()) * dtype_size(s.dtype());
+}
+
+// A gathered copy of one block's parameters: a ring slot, or a buffer of its own when the block
+// keeps its parameters from forward to backward.
+struct Gathered {
+  Tensor buffer;
+  Event ready;
+  int slot = -1;  // ring slot, or -1 for an own buffer
+};
+
+class BlockSequence final : public autograd::Function {
+ public:
+  BlockSequence(std::vector<CheckpointBlockBase*> blocks, std::vector<CheckpointBlockBase::Body> bodies,
+                int depth)
+      : blocks_(std::move(blocks)), bodies_(std::move(bodies)), depth_(std::max(depth, 0)) {
+    BMT_REQUIRE(!blocks_.empty() && blocks_.size() == bodies_.size(),
+                "TransformerBlockList: expected at least one block, found " << blocks_.size());
+    for (auto* b : blocks_) {
+      BMT_REQUIRE(b->has_storage(), "CheckpointBlock: parameters are not initialized: expected "
+                                    "bmt::init_parameters(model) before the first call");
+      const int level = b->options().zero_level;
+      BMT_REQUIRE(level == 2 || level == 3, "CheckpointBlock: expected zero_level 2 or 3, found " << level);
+    }
+  }
+
+  std::string name() const override { return "CheckpointBlock"; }
+
+  bool holds_trainable_parameters() const override {
+    return std::any_of(blocks_.begin(), blocks_.end(), [](auto* b) { return b->storage().has_trainable(); });
+  }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    Context& ctx = context();
+    const std::size_t n = blocks_.size();
+    inputs_ = detach_all(inputs);
+    saved_.assign(n, {});
+    kept_.assign(n, {});
+    graphs_.assign(n, {});
+    rng_.assign(n, 0);
+    reserve_rings(depth_ + 1);
+    training_graph_ = is_recording();
+
+    std::vector<Gathered> gathered(n);
+    for (std::size_t j = 0; j < std::min(n, static_cast<std::size_t>(depth_) + 1); ++j) gathered[j] = gather(j, j);
+
+    std::vector<Tensor> current = inputs_;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto* block = blocks_[i];
+      ShardedStorage& storage = block->storage();
+      ctx.compute_stream().wait(gathered[i].ready);
+      storage.bind(gathered[i].buffer);
+      rng_[i] = random::key_counter();
+      std::vector<Tensor> outputs;
+      {
+        InBlock guard;
+        if (keeps_activations(i)) {
+          // Keep this block's graph for backward: inputs become leaves of a sub-graph.
+          autograd::EnableGradGuard grad;
+          graphs_[i].inputs = as_leaves(current);
+          outputs = bodies_[i](graphs_[i].inputs);
+          graphs_[i].outputs = outputs;
+        } else {
+          saved_[i] = current;
+          outputs = bodies_[i](current);
+        }
+      }
+      storage.unbind();
+      release(i, gathered[i], /*after_forward=*/true);
+      if (i + depth_ + 1 < n) gathered[i + depth_ + 1] = gather(i + depth_ + 1, i + depth_ + 1);
+      if (i == 0) {
+        hidden_ = outputs.size();
+        BMT_REQUIRE(hidden_ >= 1 && hidden_ <= inputs_.size() + (inputs_.empty() ? 1 : 0),
+                    "CheckpointBlock: expected a block to return between 1 and " << inputs_.size()
+                        << " hidden states (one per leading tensor argument), found " << outputs.size());
+      } else {
+        BMT_REQUIRE(outputs.size() == hidden_, "TransformerBlockList: expected every block to return "
+                                                   << hidden_ << " hidden states, found " << outputs.size()
+                                                   << " from block " << i);
+      }
+      current = next_inputs(outputs);
+    }
+    return std::vector<Tensor>(current.begin(), current.begin() + static_cast<std::ptrdiff_t>(hidden_));
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
+    Context& ctx = context();
+    const std::size_t n = blocks_.size();
+    reserve_rings(depth_ + 1);
+    std::vector<Tensor> grads(grad_outputs.begin(), grad_outputs.end());
+    std::vector<Tensor> extra_grads(inputs_.size() > hidden_ ? inputs_.size() - hidden_ : 0);
+
+    // Backward order: block n-1 first. Position p in that order is block n-1-p.
+    std::vector<Gathered> gathered(n);
+    auto need_gather = [&](std::size_t b) { return !blocks_kept(b); };
+    for (std::size_t p = 0; p < std::min(n, static_cast<std::size_t>(depth_) + 1); ++p)
+      if (need_gather(n - 1 - p)) gathered[n - 1 - p] = gather(n - 1 - p, p);
+
+    for (std::size_t p = 0; p < n; ++p) {
+      const std::size_t i = n - 1 - p;
+      auto* block = blocks_[i];
+      ShardedStorage& storage = block->storage();
+      Gathered g = need_gather(i) ? gathered[i] : kept_[i];
+      ctx.compute_stream().wait(g.ready);
+
+      // Gradient buffer for this block's parameters.
+      BufferRing::Slot* grad_slot = nullptr;
+      if (storage.has_trainable()) {
+        grad_slot = &gradient_ring().slot(static_cast<int>(p));
+        ctx.compute_stream().wait(grad_slot->free);
+        Tensor full_grad = grad_slot->buffer.slice(0, 0, storage.total());
+        full_grad.zero_();
+        storage.bind_grads(full_grad);
+      }
+      storage.bind(g.buffer);
+
+      std::vector<Tensor> leaves, outputs;
+      {
+        InBlock guard;
+        if (keeps_activations(i)) {
+          leaves = graphs_[i].inputs;
+          outputs = graphs_[i].outputs;
+        } else {
+          autograd::EnableGradGuard grad;
+          const std::uint64_t counter = random::key_counter();
+          random::set_key_counter(rng_[i]);  // replay the forward's random draws
+          leaves = as_leaves(saved_[i]);
+          outputs = bodies_[i](leaves);
+          random::set_key_counter(counter);
+        }
+        run_backward(outputs, grads);
+      }
+      graphs_[i] = {};
+      saved_[i].clear();
+
+      // Gradients for the previous block's hidden states, and for the extra inputs.
+      std::vector<Tensor> next(hidden_);
+      for (std::size_t k = 0; k < leaves.size(); ++k) {
+        Tensor lg = leaves[k].requires_grad() ? leaves[k].grad() : Tensor();
+        if (k < hidden_) {
+          next[k] = lg;
+        } else if (lg.defined()) {
+          Tensor& acc = extra_grads[k - hidden_];
+          if (!acc.defined()) acc = lg;
+          else add_(acc, lg);
+        }
+      }
+      grads = std::move(next);
+
+      storage.unbind_grads();
+      storage.unbind();
+      release(i, g, /*after_forward=*/false);
+      if (grad_slot) {
+        const Event grads_ready = ctx.compute_stream().record();
+        grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
+                                                  grads_ready);
+      }
+      const std::size_t ahead = p + depth_ + 1;
+      if (ahead < n && need_gather(n - 1 - ahead)) gathered[n - 1 - ahead] = gather(n - 1 - ahead, ahead);
+    }
+
+    // Gradients of the sequence's inputs: hidden states of block 0, then the extra tensors.
+    std::vector<Tensor> input_grads(inputs_.size());
+    for (std::size_t k = 0; k < inputs_.size(); ++k)
+      input_grads[k] = k < hidden_ ? (k < grads.size() ? grads[k] : Tensor()) : extra_grads[k - hidden_];
+    return input_grads;
+  }
+
+  void release_saved() override {
+    saved_.clear();
+    kept_.clear();
+    graphs_.clear();
+    inputs_.clear();
+  }
+
+ private:
+  struct Graph {
+    std::vector<Tensor> inputs, outputs;
+  };
+
+  // A block keeps its activations when it does not recompute (and the call records a graph).
+  bool keeps_activations(std::size_t i) const { return training_graph_ && !blocks_[i]->options().use_checkpoint; }
+  // A block keeps its gathered parameters from forward to backward.
+  bool blocks_kept(std::size_t i) const {
+    return training_graph_ && (blocks_[i]->options().zero_level == 2 || keeps_activations(i));
+  }
+
+  void reserve_rings(int slots) {
+    std::size_t bytes = 0;
+    std::int64_t grad = 0;
+    for (auto* b : blocks_) {
+      bytes = std::max(bytes, gather_bytes(b->storage()));
+      if (b->storage().has_trainable()) grad = std::max(grad, b->storage().total());
+    }
+    gather_ring().reserve(slots, static_cast<std::int64_t>(bytes));
+    if (grad > 0) gradient_ring().reserve(2, grad);
+  }
+
+  // Issues the all-gather of block b's parameters, as the k-th gather of this pass.
+  Gathered gather(std::size_t b, std::size_t k) {
+    Context& ctx = context();
+    ShardedStorage& storage = blocks_[b]->storage();
+    Gathered g;
+    if (blocks_kept(b)) {
+      g.buffer = Tensor::empty({static_cast<std::int64_t>(gather_bytes(storage))}, DType::u8);
+    } else {
+      g.slot = static_cast<int>(k % static_cast<std::size_t>(depth_ + 1));
+      BufferRing::Slot& slot = gather_ring().slot(g.slot);
+      ctx.gather_stream().wait(slot.free);
+      g.buffer = slot.buffer;
+    }
+    // The shard may just have been written by the optimizer on the compute stream.
+    ctx.gather_stream().wait(ctx.compute_stream().record());
+    storage.all_gather_into(g.buffer, ctx.gather_comm(), ctx.gather_stream());
+    g.ready = ctx.gather_stream().record();
+    return g;
+  }
+
+  void release(std::size_t i, const Gathered& g, bool after_forward) {
+    if (after_forward && blocks_kept(i)) {
+      kept_[i] = g;
+      kept_[i].ready = Event();  // already waited for by the compute stream
+      return;
+    }
+    if (g.slot >= 0) gather_ring().slot(g.slot).free = context().compute_stream().record();
+  }
+
+  std::vector<Tensor> next_inputs(const std::vector<Tensor>& outputs) const {
+    std::vector<Tensor> next = outputs;
+    for (std::size_t k = outputs.size(); k < inputs_.size(); ++k) next.push_back(inputs_[k]);
+    return next;
+  }
+
+  static std::vector<Tensor> detach_all(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const auto& t : ts) out.push_back(t.defined() ? t.detach() : t);
+    return out;
+  }
+
+  // Fresh leaves over the same data, recording gradients for floating tensors.
+  static std::vector<Tensor> as_leaves(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const auto& t : ts) {
+      Tensor leaf = t.defined() ? t.detach() : t;
+      if (leaf.defined() && is_floating(leaf.dtype())) leaf.set_requires_grad(true);
+      out.push_back(leaf);
+    }
+    return out;
+  }
+
+  static void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads) {
+    std::vector<Tensor> roots, root_grads;
+    for (std::size_t k = 0; k < outputs.size() && k < grads.size(); ++k) {
+      if (!grads[k].defined() || !outputs[k].requires_grad()) continue;
+      roots.push_back(outputs[k]);
+      root_grads.push_back(grads[k]);
+    }
+    if (!roots.empty()) autograd::backward(roots, root_grads);
+  }
+
+  std::vector<CheckpointBlockBase*> blocks_;
+  std::vector<CheckpointBlockBase::Body> bodies_;
+  int depth_;
+  bool training_graph_ = false;
+  std::size_t hidden_ = 1;
+  std::vector<Tensor> inputs_;
+  std::vector<std::vector<Tensor>> saved_;
+  std::vector<Gathered> kept_;
+  std::vector<Graph> graphs_;
+  std::vector<std::uint64_t> rng_;
+};
+
+}  // namespace
+
+ShardedStorage& CheckpointBlockBase::storage() {
+  BMT_REQUIRE(storage_, "CheckpointBlock: parameters are not initialized: expected bmt::init_parameters(model) "
+                        "before the first call");
+  return *storage_;
+}
+
+std::vector<Tensor> CheckpointBlockBase::run_sequence(const std::vector<CheckpointBlockBase*>& blocks,
+                                                      const std::vector<Body>& bodies,
+                                                      const std::vector<Tensor>& inputs, int prefetch_depth) {
+  return autograd::call<BlockSequence>(inputs, blocks, bodies, prefetch_depth);
+}
+
+}  // namespace bmt

@@ -1,0 +1,44 @@
+#include "bmtrain/zero/buffer_ring.hpp"
+
+#include <memory>
+
+#include "bmtrain/runtime/context.hpp"
+
+namespace bmt {
+
+void BufferRing::reserve(int slots, std::int64_t numel) {
+  if (static_cast<int>(slots_.size()) < slots) slots_.resize(static_cast<std::size_t>(slots));
+  for (auto& s : slots_) {
+    if (s.buffer.defined() && s.buffer.numel() >= numel) continue;
+    s.free.synchronize();
+    s.buffer = Tensor();  // give the old block back before taking a larger one
+    s.buffer = Tensor::empty({numel}, dtype_);
+    s.free = Event();
+  }
+}
+
+void BufferRing::clear() {
+  for (auto& s : slots_) s.free.synchronize();
+  slots_.clear();
+}
+
+namespace {
+struct Rings {
+  BufferRing gather{DType::u8};
+  BufferRing gradient{DType::f32};
+};
+Rings& rings() {
+  static std::unique_ptr<Rings> r;
+  if (!r) {
+    r = std::make_unique<Rings>();
+    // Buffers go back before the device does.
+    at_finalize([] { r.reset(); });
+  }
+  return *r;
+}
+}  // namespace
+
+BufferRing& gather_ring() { return rings().gather; }
+BufferRing& gradient_ring() { return rings().gradient; }
+
+}  // namespace bmt

@@ -1,0 +1,65 @@
+#include <functional>
+
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/checkpoint_block.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+
+namespace bmt {
+
+namespace {
+
+// Walks the tree; `owner` collects single-parameter storages for parameters outside blocks.
+void place(Module& m, const std::string& prefix, std::vector<std::unique_ptr<ShardedStorage>>& owner, int rank,
+           int world, std::uint64_t seed) {
+  if (m.sharding() == Module::Sharding::block) {
+    auto& block = static_cast<CheckpointBlockBase&>(m);
+    BMT_REQUIRE(!block.has_storage(), "init_parameters: expected one call per model, found block '" << prefix
+                                                                                                    << "' initialized twice");
+    block.set_storage(std::make_unique<ShardedStorage>(prefix.empty() ? "block" : prefix,
+                                                       m.named_parameters(prefix.empty() ? "" : prefix + "."), rank,
+                                                       world, seed));
+    return;
+  }
+  for (const auto& [name, p] : m.parameters_here()) {
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    owner.push_back(std::make_unique<ShardedStorage>(full, std::vector<std::pair<std::string, Tensor>>{{full, p}},
+                                                     rank, world, seed));
+  }
+  for (const auto& [name, child] : m.children()) place(*child, prefix.empty() ? name : prefix + "." + name, owner, rank, world, seed);
+}
+
+void collect(Module& m, std::vector<ShardedStorage*>& out) {
+  if (m.sharding() == Module::Sharding::block) {
+    auto& block = static_cast<CheckpointBlockBase&>(m);
+    if (block.has_storage()) out.push_back(&block.storage());
+    return;
+  }
+  if (m.sharding() == Module::Sharding::module_parameters)
+    for (auto& s : static_cast<DistributedModule&>(m).storages()) out.push_back(s.get());
+  for (const auto& [name, child] : m.children()) collect(*child, out);
+}
+
+}  // namespace
+
+void init_parameters(Module& model) {
+  Context& ctx = context();
+  const auto& t = ctx.topology();
+  std::vector<std::unique_ptr<ShardedStorage>> loose;
+  place(model, "", loose, t.rank, t.world_size, ctx.seed());
+  if (loose.empty()) return;
+  BMT_REQUIRE(model.sharding() == Module::Sharding::module_parameters,
+              "init_parameters: parameters outside CheckpointBlocks (first: '" << loose.front()->name()
+                                                                               << "') need a bmt::DistributedModule "
+                                                                                  "as the model's root to own them");
+  auto& storages = static_cast<DistributedModule&>(model).storages();
+  for (auto& s : loose) storages.push_back(std::move(s));
+}
+
+std::vector<ShardedStorage*> sharded_storages(Module& model) {
+  std::vector<ShardedStorage*> out;
+  collect(model, out);
+  return out;
+}
+
+}  // namespace bmt

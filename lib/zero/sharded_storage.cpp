@@ -1,0 +1,173 @@
+#include "bmtrain/zero/sharded_storage.hpp"
+
+#include <algorithm>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/random.hpp"
+#include "bmtrain/nn/parameter.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/tensor/allocator.hpp"
+
+namespace bmt {
+
+namespace {
+
+// A tensor over part of another's memory: `numel` elements of `dtype` from element `offset`.
+TensorImpl view_impl(const Tensor& base, DType dtype, std::int64_t offset, const Shape& shape) {
+  TensorImpl impl;
+  impl.storage = base.storage();
+  const std::size_t base_bytes = base.impl()->offset * dtype_size(base.dtype());
+  impl.offset = base_bytes / dtype_size(dtype) + static_cast<std::size_t>(offset);
+  impl.shape = shape;
+  impl.strides.assign(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) impl.strides[i - 1] = impl.strides[i] * shape[i];
+  impl.dtype = dtype;
+  return impl;
+}
+
+}  // namespace
+
+ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std::string, Tensor>>& parameters,
+                               int rank, int world_size, std::uint64_t seed)
+    : name_(std::move(name)), rank_(rank), world_size_(world_size) {
+  BMT_REQUIRE(world_size > 0 && rank >= 0 && rank < world_size,
+              "ShardedStorage: expected 0 <= rank < world_size, found rank " << rank << " of " << world_size);
+  if (!parameters.empty()) dtype_ = parameters.front().second.dtype();
+  const std::int64_t align = static_cast<std::int64_t>(kAllocationAlignment / dtype_size(dtype_));
+  std::int64_t offset = 0;
+  for (const auto& [pname, p] : parameters) {
+    BMT_REQUIRE(is_parameter(p), "ShardedStorage '" << name_ << "': expected parameters, found a plain tensor '"
+                                                   << pname << "'");
+    BMT_REQUIRE(p.dtype() == dtype_, "ShardedStorage '" << name_ << "': expected every parameter in dtype "
+                                                        << dtype_name(dtype_) << ", found '" << pname << "' in "
+                                                        << dtype_name(p.dtype()));
+    BMT_REQUIRE(!p.impl()->param->sharded, "ShardedStorage '" << name_ << "': parameter '" << pname
+                                                              << "' already belongs to '"
+                                                              << p.impl()->param->sharded->name()
+                                                              << "' (was bmt::init_parameters called twice, or is "
+                                                                 "the parameter registered in two places?)");
+    entries_.push_back({pname, p, offset, p.numel(), p.impl()->param->trainable});
+    offset += (p.numel() + align - 1) / align * align;
+  }
+  // Pad so that every shard has the same size and starts aligned.
+  const std::int64_t unit = align * world_size;
+  total_ = std::max<std::int64_t>(unit, (offset + unit - 1) / unit * unit);
+  shard_size_ = total_ / world_size;
+
+  shard_ = Tensor::zeros({shard_size_}, dtype_);
+  for (auto& e : entries_) {
+    e.parameter.impl()->param->sharded = this;
+    e.parameter.impl()->param->offset = e.offset;
+    e.parameter.impl()->name = e.name;
+    const Slice s = local_slice(e);
+    if (s.count == 0) continue;
+    const Tensor part = shard_.slice(0, s.shard_offset, s.shard_offset + s.count);
+    const auto& init = e.parameter.impl()->param->init;
+    if (init) init(part, s.param_offset, random::key(seed, e.name));
+  }
+}
+
+ShardedStorage::~ShardedStorage() {
+  // Settle outstanding work before the buffers it writes go away.
+  if (!reduced_.query()) reduced_.synchronize();
+  for (auto& e : entries_) {
+    if (e.parameter.impl()->param->sharded == this) e.parameter.impl()->param->sharded = nullptr;
+    e.parameter.impl()->storage.reset();
+    e.parameter.impl()->grad.reset();
+  }
+}
+
+std::int64_t ShardedStorage::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& e : entries_) n += e.numel;
+  return n;
+}
+
+bool ShardedStorage::has_trainable() const {
+  return std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.trainable; });
+}
+
+ShardedStorage::Slice ShardedStorage::local_slice(const Entry& e) const {
+  const std::int64_t lo = std::max(e.offset, shard_begin());
+  const std::int64_t hi = std::min(e.offset + e.numel, shard_begin() + shard_size_);
+  if (hi <= lo) return {};
+  return {lo - shard_begin(), lo - e.offset, hi - lo};
+}
+
+const Tensor& ShardedStorage::grad_shard() {
+  if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_size_}, DType::f32);
+  return grad_shard_;
+}
+
+void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const {
+  BMT_REQUIRE(full.nbytes() >= static_cast<std::size_t>(total_) * dtype_size(dtype_),
+              "ShardedStorage '" << name_ << "': expected a gather buffer of " << total_ * dtype_size(dtype_)
+                                 << " bytes, found " << full.nbytes());
+  comm.all_gather(shard_.data(), full.data(), static_cast<std::size_t>(shard_size_), dtype_, stream);
+}
+
+void ShardedStorage::bind(const Tensor& full) {
+  for (auto& e : entries_) {
+    TensorImpl v = view_impl(full, dtype_, e.offset, e.parameter.shape());
+    auto& impl = *e.parameter.impl();
+    impl.storage = v.storage;
+    impl.offset = v.offset;
+  }
+  bound_ = true;
+}
+
+void ShardedStorage::unbind() {
+  for (auto& e : entries_) e.parameter.impl()->storage.reset();
+  bound_ = false;
+}
+
+void ShardedStorage::bind_grads(const Tensor& full_grad) {
+  check_dtype(full_grad, DType::f32, "ShardedStorage::bind_grads");
+  for (auto& e : entries_) {
+    if (!e.trainable) continue;
+    e.parameter.impl()->grad = std::make_shared<TensorImpl>(view_impl(full_grad, DType::f32, e.offset, e.parameter.shape()));
+  }
+}
+
+void ShardedStorage::unbind_grads() {
+  for (auto& e : entries_) e.parameter.impl()->grad.reset();
+}
+
+Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& comm, Stream& stream,
+                                      const Event& ready) {
+  check_dtype(full_grad, DType::f32, "ShardedStorage::reduce_gradient");
+  BMT_REQUIRE(full_grad.numel() >= total_, "ShardedStorage '" << name_ << "': expected a gradient buffer of "
+                                                              << total_ << " elements, found " << full_grad.numel());
+  grad_shard();
+  if (incoming_pending_ || (grad_dirty_ && !reduced_.query())) settle();
+  Tensor target = grad_shard_;
+  if (grad_dirty_) {
+    if (!incoming_.defined()) incoming_ = Tensor::empty({shard_size_}, DType::f32);
+    target = incoming_;
+    incoming_pending_ = true;
+  }
+  stream.wait(ready);
+  comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
+                      ReduceOp::avg, stream);
+  reduced_ = stream.record();
+  grad_dirty_ = true;
+  return reduced_;
+}
+
+void ShardedStorage::settle() {
+  if (!is_initialized()) return;
+  context().compute_stream().wait(reduced_);
+  if (incoming_pending_) {
+    add_(grad_shard_, incoming_);
+    incoming_pending_ = false;
+  }
+}
+
+void ShardedStorage::zero_grad() {
+  settle();
+  if (grad_shard_.defined()) grad_shard_.zero_();
+  grad_dirty_ = false;
+}
+
+}  // namespace bmt

@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/nn/module.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/sharded_storage.hpp"
+
+namespace {
+
+// Gathered values of a storage (every rank gets the whole flat buffer).
+std::vector<float> gathered(bmt::ShardedStorage& s) {
+  bmt::Tensor full = bmt::Tensor::empty({s.total()}, s.dtype());
+  s.all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+  bmt::context().compute_stream().synchronize();
+  return full.to_host_floats();
+}
+
+}  // namespace
+
+TEST(ShardedStorage, LayoutIsAlignedPaddedAndEven) {
+  bmt::DistributedParameter a({3, 5}), b({7}), c({1});
+  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}, {"c", c}}, bmt::rank(), bmt::world_size(), 1);
+  const int n = bmt::world_size();
+  EXPECT_EQ(s.total() % n, 0);
+  EXPECT_EQ(s.shard_size() * n, s.total());
+  EXPECT_EQ(s.parameter_count(), 15 + 7 + 1);
+  for (const auto& e : s.entries()) EXPECT_EQ(e.offset * 4 % 256, 0) << e.name;
+  EXPECT_EQ(s.shard().numel(), s.shard_size());
+}
+
+TEST(ShardedStorage, InitializationDoesNotDependOnWorldSize) {
+  // Values are a pure function of (seed, name, index): compare the gathered buffer with a
+  // single-rank storage built on every rank.
+  bmt::DistributedParameter a({33, 17}, bmt::DType::f32, bmt::init::normal(0.5f)),
+      b({101}, bmt::DType::f32, bmt::init::uniform(-2.0f, 3.0f)), c({5}, bmt::DType::f32, bmt::init::ones());
+  bmt::ShardedStorage s("s", {{"x.a", a}, {"x.b", b}, {"x.c", c}}, bmt::rank(), bmt::world_size(), 7);
+  bmt::DistributedParameter a1({33, 17}, bmt::DType::f32, bmt::init::normal(0.5f)),
+      b1({101}, bmt::DType::f32, bmt::init::uniform(-2.0f, 3.0f)), c1({5}, bmt::DType::f32, bmt::init::ones());
+  bmt::ShardedStorage one("one", {{"x.a", a1}, {"x.b", b1}, {"x.c", c1}}, 0, 1, 7);
+  const auto all = gathered(s);
+  const auto ref = one.shard().to_host_floats();
+  for (const auto& e : s.entries())
+    for (std::int64_t i = 0; i < e.numel; ++i) ASSERT_EQ(all[e.offset + i], ref[e.offset + i]) << e.name << "[" << i << "]";
+  // The distributions are what was asked for (loose statistical bounds).
+  double mean = 0, sq = 0;
+  for (std::int64_t i = 0; i < 33 * 17; ++i) {
+    mean += ref[i];
+    sq += ref[i] * ref[i];
+  }
+  mean /= 33 * 17;
+  const double std = std::sqrt(sq / (33 * 17) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.08);
+  EXPECT_NEAR(std, 0.5, 0.05);
+  for (std::int64_t i = 0; i < 101; ++i) {
+    EXPECT_GE(ref[s.entries()[1].offset + i], -2.0f);
+    EXPECT_LT(ref[s.entries()[1].offset + i], 3.0f);
+  }
+  EXPECT_EQ(ref[s.entries()[2].offset + 4], 1.0f);
+}
+
+TEST(ShardedStorage, ReduceGradientAveragesAndAccumulates) {
+  bmt::DistributedParameter a({10}), b({6});
+  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}}, bmt::rank(), bmt::world_size(), 1);
+  auto& ctx = bmt::context();
+  const int n = bmt::world_size();
+  // Rank r contributes (r + 1) * (i + 1) at flat index i: the average is (n + 1) / 2 * (i + 1).
+  std::vector<float> g(static_cast<std::size_t>(s.total()));
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((bmt::rank() + 1) * (i + 1));
+  bmt::Tensor full = bmt::Tensor::from_floats(g, {s.total()});
+  s.zero_grad();
+  s.reduce_gradient(full, ctx.scatter_comm(), ctx.scatter_stream(), bmt::Event());
+  s.reduce_gradient(full, ctx.scatter_comm(), ctx.scatter_stream(), bmt::Event());  // accumulates
+  s.settle();
+  const auto shard = s.grad_shard().to_host_floats();
+  for (std::int64_t k = 0; k < s.shard_size(); ++k) {
+    const double i = static_cast<double>(s.shard_begin() + k);
+    EXPECT_NEAR(shard[k], 2.0 * (n + 1) / 2.0 * (i + 1), 1e-3 * (i + 1)) << k;
+  }
+  s.zero_grad();
+  for (float v : s.grad_shard().to_host_floats()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(ShardedStorage, MixedDtypesAreRejected) {
+  bmt::DistributedParameter a({4}, bmt::DType::f32), b({4}, bmt::DType::bf16);
+  try {
+    bmt::ShardedStorage s("blk", {{"a", a}, {"b", b}}, bmt::rank(), bmt::world_size(), 1);
+    FAIL() << "expected an error";
+  } catch (const bmt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected every parameter in dtype f32, found 'b' in bf16"), std::string::npos)
+        << e.what();
+  }
+}
