@@ -1,0 +1,25 @@
+#pragma once
+// Softmax cross-entropy fused with its softmax: forward keeps one logsumexp per row, backward
+// recomputes softmax(x) - onehot(target) from it row by row, so the probabilities are never stored.
+//
+// logits: contiguous [N, V] (any leading shape flattened to N rows), f32, bf16 or f16.
+// targets: contiguous, N elements, i32 or i64. Rows whose target equals ignore_index are left out.
+// lse: f32 [N]. loss, count: f32 scalars (any shape of one element): the mean loss over the rows
+// that count, and how many rows count. With no row counting, loss is 0 (and so are the gradients).
+// Targets outside [0, V) other than ignore_index are treated like ignored rows and reported through
+// bmtrain/kernels/index_check.hpp.
+#include <cstdint>
+
+#include "bmtrain/kernels/index_check.hpp"
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::kernels {
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count, BadIndexRecord bad = {});
+// dlogits = grad_loss / count * (softmax(logits) - onehot(target)) on counted rows, 0 on the others.
+// grad_loss and count are device scalars (f32), read by the kernel: no host synchronization.
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
+                            const Tensor& lse, const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits);
+
+}  // namespace bmt::kernels

@@ -1,0 +1,145 @@
+// Forward: one team per row (max, f32 sum of exp, logsumexp, the row's loss), then one team folds
+// the per-row losses into the mean in a fixed order (deterministic, no atomics, no host round trip).
+// Backward: one team per row writes (exp(x - lse) - onehot) * grad / count.
+#include "bmtrain/kernels/cross_entropy.hpp"
+
+#include "row_reduce.hpp"
+
+namespace bmt::kernels {
+
+namespace {
+
+struct CeShape {
+  std::int64_t rows = 0;
+  std::int64_t vocab = 0;
+};
+
+CeShape check_shapes(const Tensor& logits, const Tensor& targets, const char* op) {
+  BMT_REQUIRE(logits.defined() && logits.dim() >= 1, op << ": expected logits with at least one dimension");
+  BMT_REQUIRE(targets.defined(), op << ": expected a targets tensor");
+  CeShape s;
+  s.vocab = logits.size(-1);
+  BMT_REQUIRE(s.vocab > 0, op << ": expected logits with a non-empty last dimension, found shape "
+                              << to_string(logits.shape()));
+  s.rows = logits.numel() / s.vocab;
+  Shape rows_shape = logits.shape();
+  rows_shape.pop_back();
+  BMT_REQUIRE(targets.numel() == s.rows && (targets.shape() == rows_shape || targets.dim() == 1),
+              op << ": expected targets of shape " << to_string(rows_shape) << " for logits of shape "
+                 << to_string(logits.shape()) << ", found " << to_string(targets.shape()));
+  BMT_REQUIRE(targets.is_contiguous(), op << ": expected contiguous targets");
+  return s;
+}
+
+template <class T, class I>
+void forward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t ignore, const Tensor& lse,
+                    const Tensor& loss, const Tensor& count, BadIndexRecord bad, CeShape s) {
+  const char* op = "cross_entropy";
+  const std::int64_t V = s.vocab;
+  const std::int64_t N = s.rows;
+  const T* xp = view1<T>(logits, op).data();
+  const I* tp = view1<I>(targets, op).data();
+  float* lsep = view1<float>(lse, op).data();
+  Tensor per_row = Tensor::empty({2, N}, DType::f32);  // loss and 1/0 "counts" per row
+  float* row_loss = per_row.data_as<float>();
+  float* row_count = row_loss + N;
+  Kokkos::parallel_for(
+      "bmt::cross_entropy", row_policy(N, op), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* xr = xp + r * V;
+        const float m = team_max(team, V, [&](std::int64_t j) { return to_f32(xr[j]); });
+        const float sum = team_sum(team, V, [&](std::int64_t j) { return kmath::exp(to_f32(xr[j]) - m); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          const float log_sum = kmath::log(sum);
+          lsep[r] = m + log_sum;
+          const std::int64_t t = static_cast<std::int64_t>(tp[r]);
+          const bool in_range = t >= 0 && t < V;
+          if (!in_range && t != ignore) bad.record(r, t);
+          row_loss[r] = in_range && t != ignore ? (m - to_f32(xr[t])) + log_sum : 0.0f;  // no cancellation of m
+          row_count[r] = in_range && t != ignore ? 1.0f : 0.0f;
+        });
+      });
+  float* lossp = view1<float>(loss, op).data();
+  float* countp = view1<float>(count, op).data();
+  Kokkos::parallel_for(
+      "bmt::cross_entropy_mean", TeamPolicy(space(), 1, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+        const float total = team_sum(team, N, [&](std::int64_t r) { return row_loss[r]; });
+        const float n = team_sum(team, N, [&](std::int64_t r) { return row_count[r]; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          countp[0] = n;
+          lossp[0] = n > 0.0f ? total / n : 0.0f;
+        });
+      });
+}
+
+template <class T, class I>
+void backward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t ignore, const Tensor& lse,
+                     const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits, CeShape s) {
+  const char* op = "cross_entropy_backward";
+  const std::int64_t V = s.vocab;
+  const T* xp = view1<T>(logits, op).data();
+  const I* tp = view1<I>(targets, op).data();
+  const float* lsep = view1<float>(lse, op).data();
+  const float* countp = view1<float>(count, op).data();
+  const float* gp = view1<float>(grad_loss, op).data();
+  T* dxp = view1<T>(dlogits, op).data();
+  Kokkos::parallel_for(
+      "bmt::cross_entropy_backward", row_policy(s.rows, op), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* xr = xp + r * V;
+        T* dxr = dxp + r * V;
+        const std::int64_t t = static_cast<std::int64_t>(tp[r]);
+        const bool counted = t >= 0 && t < V && t != ignore;
+        const float n = countp[0];
+        const float scale = counted && n > 0.0f ? gp[0] / n : 0.0f;
+        const float l = lsep[r];
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](std::int64_t j) {
+          const float p = kmath::exp(to_f32(xr[j]) - l);
+          dxr[j] = from_f32<T>(scale * (j == t ? p - 1.0f : p));
+        });
+      });
+}
+
+void check_scalar(const Tensor& t, const char* what, const char* op) {
+  BMT_REQUIRE(t.defined() && t.numel() == 1 && t.dtype() == DType::f32,
+              op << ": expected " << what << " to be an f32 scalar, found "
+                 << (t.defined() ? dtype_name(t.dtype()) + std::string(" ") + to_string(t.shape()) : "none"));
+}
+
+}  // namespace
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index, const Tensor& lse,
+                           const Tensor& loss, const Tensor& count, BadIndexRecord bad) {
+  const char* op = "cross_entropy";
+  const CeShape s = check_shapes(logits, targets, op);
+  BMT_REQUIRE(lse.defined() && lse.numel() == s.rows, op << ": expected lse with " << s.rows << " elements");
+  check_scalar(loss, "loss", op);
+  check_scalar(count, "count", op);
+  if (s.rows == 0) {
+    loss.zero_();
+    count.zero_();
+    return;
+  }
+  BMT_DISPATCH_FLOAT(logits.dtype(), op, T, {
+    BMT_DISPATCH_INDEX(targets.dtype(), op, I,
+                       { forward_kernel<T, I>(logits, targets, ignore_index, lse, loss, count, bad, s); });
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
+                            const Tensor& lse, const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits) {
+  const char* op = "cross_entropy_backward";
+  const CeShape s = check_shapes(logits, targets, op);
+  check_scalar(count, "count", op);
+  check_scalar(grad_loss, "the loss gradient", op);
+  check_same_shape(dlogits, logits, op);
+  check_dtype(dlogits, logits.dtype(), op);
+  if (s.rows == 0) return;
+  BMT_DISPATCH_FLOAT(logits.dtype(), op, T, {
+    BMT_DISPATCH_INDEX(targets.dtype(), op, I, {
+      backward_kernel<T, I>(logits, targets, ignore_index, lse, count, grad_loss, dlogits, s);
+    });
+  });
+}
+
+}  // namespace bmt::kernels

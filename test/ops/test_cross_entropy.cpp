@@ -1,0 +1,169 @@
+// Cross-entropy: loss against a float64 reference (odd sizes, ignored rows, i32/i64 targets),
+// gradients against finite differences and against softmax - onehot, bf16/f16 against f32,
+// the all-ignored case and out-of-range targets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "bmtrain/kernels/index_check.hpp"
+#include "bmtrain/ops/cross_entropy.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "gradcheck.hpp"
+#include "reference_check.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::expect_close;
+using testing::random_floats;
+
+std::vector<std::int64_t> random_targets(std::int64_t n, std::int64_t V, std::uint32_t seed, double ignore_rate,
+                                         std::int64_t ignore_index = -100) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<std::int64_t> cls(0, V - 1);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<std::int64_t> t(n);
+  for (auto& x : t) x = u(gen) < ignore_rate ? ignore_index : cls(gen);
+  return t;
+}
+
+struct CeReference {
+  double loss = 0;
+  std::vector<double> grad;  // d loss / d logits
+};
+
+CeReference ce_reference(const std::vector<float>& x, const std::vector<std::int64_t>& t, std::int64_t V,
+                         std::int64_t ignore_index = -100) {
+  const std::size_t N = t.size();
+  CeReference r;
+  r.grad.assign(x.size(), 0.0);
+  double total = 0;
+  int count = 0;
+  for (std::size_t i = 0; i < N; ++i)
+    if (t[i] != ignore_index) ++count;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (t[i] == ignore_index) continue;
+    double m = x[i * V];
+    for (std::int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(x[i * V + j]));
+    double s = 0;
+    for (std::int64_t j = 0; j < V; ++j) s += std::exp(x[i * V + j] - m);
+    const double lse = m + std::log(s);
+    total += lse - x[i * V + t[i]];
+    for (std::int64_t j = 0; j < V; ++j)
+      r.grad[i * V + j] = (std::exp(x[i * V + j] - lse) - (j == t[i] ? 1.0 : 0.0)) / count;
+  }
+  r.loss = count ? total / count : 0.0;
+  return r;
+}
+
+TEST(CrossEntropy, LossMatchesFloat64Reference) {
+  std::uint32_t seed = 1;
+  for (std::int64_t N : {1, 7, 33}) {
+    for (std::int64_t V : {1, 17, 100, 1001}) {
+      for (DType index_dtype : {DType::i32, DType::i64}) {
+        const auto xv = random_floats(N * V, seed++, -4.0f, 4.0f);
+        const auto tv = random_targets(N, V, seed++, N > 1 ? 0.25 : 0.0);
+        const Tensor loss = cross_entropy(Tensor::from_floats(xv, {N, V}), Tensor::from_ints(tv, {N}, index_dtype));
+        EXPECT_EQ(loss.dtype(), DType::f32);
+        EXPECT_EQ(loss.dim(), 0);
+        const auto ref = ce_reference(xv, tv, V);
+        expect_close(loss.to_host_floats(), std::vector<double>{ref.loss}, 1e-5, 1e-5,
+                     "loss N=" + std::to_string(N) + " V=" + std::to_string(V));
+      }
+    }
+  }
+}
+
+TEST(CrossEntropy, LeadingDimensionsAndCustomIgnoreIndex) {
+  const std::int64_t B = 2, T = 5, V = 11;
+  const auto xv = random_floats(B * T * V, 3, -3.0f, 3.0f);
+  const auto tv = random_targets(B * T, V, 4, 0.3, /*ignore_index=*/0);
+  const Tensor loss = cross_entropy(Tensor::from_floats(xv, {B, T, V}), Tensor::from_ints(tv, {B, T}), 0);
+  expect_close(loss.to_host_floats(), std::vector<double>{ce_reference(xv, tv, V, 0).loss}, 1e-5, 1e-5, "loss");
+}
+
+TEST(CrossEntropy, GradientMatchesSoftmaxMinusOnehot) {
+  const std::int64_t N = 9, V = 23;
+  const auto xv = random_floats(N * V, 5, -3.0f, 3.0f);
+  const auto tv = random_targets(N, V, 6, 0.3);
+  const auto r = testing::forward_backward(
+      [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+      {Tensor::from_floats(xv, {N, V}), Tensor::from_ints(tv, {N})}, {true, false}, {2.5f});
+  auto ref = ce_reference(xv, tv, V);
+  for (auto& g : ref.grad) g *= 2.5;  // the upstream gradient scales it
+  expect_close(r.grads[0], ref.grad, 1e-6, 1e-5, "dlogits");
+}
+
+TEST(CrossEntropy, GradientsMatchFiniteDifferences) {
+  for (auto [N, V] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 5}, {4, 7}, {6, 17}}) {
+    const Tensor t = Tensor::from_ints(random_targets(N, V, 7, 0.3), {N});
+    testing::gradcheck([](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+                       {testing::random_tensor({N, V}, 8, -2.0f, 2.0f), t}, {.step = 1e-2f, .rtol = 2e-2f, .atol = 1e-3f});
+  }
+}
+
+TEST(CrossEntropy, EveryTargetIgnoredGivesZeroLossAndGradient) {
+  const Tensor x = testing::random_tensor({4, 6}, 9);
+  const auto r = testing::forward_backward(
+      [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+      {x, Tensor::from_ints({-100, -100, -100, -100}, {4})}, {true, false}, {1.0f});
+  EXPECT_EQ(r.output, std::vector<float>{0.0f});
+  EXPECT_EQ(r.grads[0], std::vector<float>(24, 0.0f));
+}
+
+TEST(CrossEntropy, StableForLargeLogits) {
+  const std::int64_t N = 3, V = 40;
+  const auto xv = random_floats(N * V, 10, 3000.0f, 3010.0f);
+  const std::vector<std::int64_t> tv = {1, 20, 39};
+  const Tensor loss = cross_entropy(Tensor::from_floats(xv, {N, V}), Tensor::from_ints(tv, {N}));
+  expect_close(loss.to_host_floats(), std::vector<double>{ce_reference(xv, tv, V).loss}, 1e-4, 1e-5, "loss");
+}
+
+// Documented tolerances (bf16/f16 logits, same rounded values in f32): loss within 1e-4 relative
+// (the loss is accumulated in f32 either way); logit gradients within 2^-8 (bf16) / 2^-11 (f16) of
+// the largest gradient magnitude, since each is rounded once to the logits' dtype.
+TEST(CrossEntropy, HalfPrecisionMatchesFloat) {
+  const std::int64_t N = 12, V = 77;
+  const auto tv = random_targets(N, V, 11, 0.2);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const auto xv = testing::rounded_to(random_floats(N * V, 12, -6.0f, 6.0f), dt);
+    auto run = [&](DType d) {
+      return testing::forward_backward([](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+                                       {Tensor::from_floats(xv, {N, V}, d), Tensor::from_ints(tv, {N})},
+                                       {true, false}, {1.0f});
+    };
+    const auto half = run(dt), full = run(DType::f32);
+    expect_close(half.output, full.output, 0, 1e-4, std::string("loss ") + dtype_name(dt));
+    float gmax = 0;
+    for (float g : full.grads[0]) gmax = std::max(gmax, std::fabs(g));
+    expect_close(half.grads[0], full.grads[0], gmax * (dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048), 0,
+                 std::string("dlogits ") + dtype_name(dt));
+  }
+}
+
+TEST(CrossEntropy, RejectsOutOfRangeTargets) {
+  ASSERT_TRUE(index_validation());  // the host build validates by default
+  const Tensor x = testing::random_tensor({3, 5}, 13);
+  try {
+    cross_entropy(x, Tensor::from_ints({1, 5, 2}, {3}));
+    FAIL() << "expected an error for target 5 with 5 classes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("found 5 at position 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cross_entropy(x, Tensor::from_ints({-1, 0, 2}, {3})), Error);
+  EXPECT_THROW(cross_entropy(x, Tensor::from_ints({0, 1}, {2})), Error);       // wrong count
+  EXPECT_THROW(cross_entropy(x, Tensor::from_floats({0, 1, 2}, {3})), Error);  // not an index dtype
+}
+
+TEST(CrossEntropy, OutOfRangeTargetsWithoutValidationAreLeftOut) {
+  // With validation off (the CUDA default) a bad target neither faults nor counts.
+  set_index_validation(false);
+  const auto xv = random_floats(3 * 5, 14);
+  const Tensor loss = cross_entropy(Tensor::from_floats(xv, {3, 5}), Tensor::from_ints({1, 7, 2}, {3}));
+  set_index_validation(true);
+  expect_close(loss.to_host_floats(), std::vector<double>{ce_reference(xv, {1, -100, 2}, 5).loss}, 1e-5, 1e-5, "loss");
+}
+
+}  // namespace
+}  // namespace bmt
