@@ -1,0 +1,54 @@
+#include "bmtrain/ops/embedding.hpp"
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/embedding.hpp"
+#include "upstream_grad.hpp"
+
+namespace bmt {
+
+namespace {
+
+// Inputs: ids, weight.
+class EmbeddingFn final : public autograd::Function {
+ public:
+  std::string name() const override { return "Embedding"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    BMT_REQUIRE(in[0].defined() && in[1].defined(), "embedding: expected ids and weight tensors");
+    BMT_REQUIRE(in[1].dim() == 2, "embedding: expected weight of shape [V, C], found " << to_string(in[1].shape()));
+    ids_ = contiguous(in[0]).detach();
+    const Tensor weight = contiguous(in[1]);
+    weight_shape_ = weight.shape();
+    weight_dtype_ = weight.dtype();
+    Shape out_shape = ids_.shape();
+    out_shape.push_back(weight.size(1));
+    Tensor out = Tensor::empty(out_shape, weight.dtype());
+    const kernels::IndexCheck check;
+    kernels::embedding_forward(ids_, weight, out, check.record());
+    check.throw_if_bad("embedding", "ids", weight.size(0));
+    return {out};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    if (!g[0].defined()) return {Tensor(), Tensor()};
+    Shape out_shape = ids_.shape();
+    out_shape.push_back(weight_shape_[1]);
+    Tensor dweight = Tensor::empty(weight_shape_, weight_dtype_);
+    kernels::embedding_backward(ids_, upstream_grad(g[0], out_shape, weight_dtype_, name()), dweight);
+    return {Tensor(), dweight};
+  }
+
+  void release_saved() override { ids_ = Tensor(); }
+
+ private:
+  Tensor ids_;
+  Shape weight_shape_;
+  DType weight_dtype_ = DType::f32;
+};
+
+}  // namespace
+
+Tensor embedding(const Tensor& ids, const Tensor& weight) { return autograd::call<EmbeddingFn>({ids, weight})[0]; }
+
+}  // namespace bmt
