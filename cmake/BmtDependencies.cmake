@@ -3,6 +3,8 @@
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(Threads REQUIRED)
 find_package(Kokkos REQUIRED)
+# JSON for safetensors headers and checkpoint metadata (header-only).
+find_package(nlohmann_json 3.9 REQUIRED)
 
 # Debian's Kokkos 3.4 (libtrilinos-kokkos-dev) exports Kokkos::kokkos with the include directory
 # /usr/lib/include, which does not exist; Kokkos_INCLUDE_DIRS from the same config is right.
