@@ -1,0 +1,35 @@
+#pragma once
+// Fused scaled dot-product attention, forward and backward, with memory linear in the sequence
+// length: no [T, T] score matrix is ever stored.
+//
+// Forward: each query row streams over its keys with an online softmax (running max and sum,
+// rescaling the partial output when the max grows) and writes its output row and its logsumexp.
+// Backward (FlashAttention-2 math): with P = exp(S - lse) recomputed from q, k and the saved lse,
+//   D_i = rowsum(dO_i * O_i),  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q,
+//   dV = P^T dO,
+// one pass over query rows for dQ (which also writes D) and one over key rows for dK and dV, so
+// every output row has a single writer: no atomics, deterministic results.
+//
+// Layout: q is [B, H, Tq, D], k and v are [B, H, Tk, D], out/dout/dq [B, H, Tq, D], dk/dv
+// [B, H, Tk, D]: logical shapes with any strides in the first three dimensions and unit stride
+// along D. A [B, T, H, D] tensor passes as its transpose(1, 2) with no copy (see
+// bmt::attention_bthd). lse: contiguous f32 [B, H, Tq]. All of q, k, v, out, dout, dq, dk, dv share
+// one floating dtype; scores, softmax statistics and accumulators are f32.
+// Causal masking aligns the last query with the last key: query i sees keys j <= i + (Tk - Tq);
+// causal needs Tq <= Tk. D is at most kMaxHeadDim.
+//
+// This is the portable kernel (one thread per query or key row). The entry points take only
+// tensors and scalars, so a backend-specific kernel can take their place without touching the ops.
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::kernels {
+
+constexpr int kMaxHeadDim = 256;
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const Tensor& out,
+                       const Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, bool causal, float scale, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv);
+
+}  // namespace bmt::kernels

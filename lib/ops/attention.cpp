@@ -1,0 +1,74 @@
+#include "bmtrain/ops/attention.hpp"
+
+#include <cmath>
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/attention.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "upstream_grad.hpp"
+
+namespace bmt {
+
+namespace {
+
+// Inputs: q, k, v, in the op's layout ([B, H, T, D], or [B, T, H, D] when bthd).
+class AttentionFn final : public autograd::Function {
+ public:
+  AttentionFn(bool causal, std::optional<float> scale, bool bthd) : causal_(causal), scale_(scale), bthd_(bthd) {}
+  std::string name() const override { return "Attention"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    for (int i = 0; i < 3; ++i)
+      BMT_REQUIRE(in[i].defined() && in[i].dim() == 4,
+                  "attention: expected 4-dimensional q, k, v (" << (bthd_ ? "[B, T, H, D]" : "[B, H, T, D]")
+                                                                << "), found "
+                                                                << (in[i].defined() ? to_string(in[i].shape()) : "none"));
+    q_ = unit_head_stride(in[0]).detach();
+    k_ = unit_head_stride(in[1]).detach();
+    v_ = unit_head_stride(in[2]).detach();
+    const float scale = scale_ ? *scale_ : 1.0f / std::sqrt(static_cast<float>(q_.size(3)));
+    scale_ = scale;
+    Tensor out = Tensor::empty(q_.shape(), q_.dtype());
+    const Tensor qh = heads_first(q_);
+    lse_ = Tensor::empty({qh.size(0), qh.size(1), qh.size(2)}, DType::f32);
+    kernels::attention_forward(qh, heads_first(k_), heads_first(v_), causal_, scale, heads_first(out), lse_);
+    out_ = out.detach();
+    return {out};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor dout = upstream_grad(g[0], out_, name());
+    Tensor dq = Tensor::empty(q_.shape(), q_.dtype());
+    Tensor dk = Tensor::empty(k_.shape(), k_.dtype());
+    Tensor dv = Tensor::empty(v_.shape(), v_.dtype());
+    kernels::attention_backward(heads_first(q_), heads_first(k_), heads_first(v_), heads_first(out_),
+                                heads_first(dout), lse_, causal_, *scale_, heads_first(dq), heads_first(dk),
+                                heads_first(dv));
+    return {dq, dk, dv};
+  }
+
+  void release_saved() override { q_ = k_ = v_ = out_ = lse_ = Tensor(); }
+
+ private:
+  // The kernel's [B, H, T, D] view of a tensor in the op's layout (no copy).
+  Tensor heads_first(const Tensor& t) const { return bthd_ ? t.transpose(1, 2) : t; }
+  static Tensor unit_head_stride(const Tensor& t) { return t.size(3) <= 1 || t.strides()[3] == 1 ? t : contiguous(t); }
+
+  bool causal_;
+  std::optional<float> scale_;
+  bool bthd_;
+  Tensor q_, k_, v_, out_, lse_;
+};
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<float> scale) {
+  return autograd::call<AttentionFn>({q, k, v}, causal, scale, false)[0];
+}
+
+Tensor attention_bthd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<float> scale) {
+  return autograd::call<AttentionFn>({q, k, v}, causal, scale, true)[0];
+}
+
+}  // namespace bmt

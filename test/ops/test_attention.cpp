@@ -1,0 +1,230 @@
+// Fused attention: output and gradients against a naive float64 reference (explicit scores,
+// softmax, products), both layouts and fused-QKV views, finite differences, bf16/f16 against f32,
+// and the memory bound: no [T, T] buffer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bmtrain/ops/attention.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/tensor/allocator.hpp"
+#include "gradcheck.hpp"
+#include "reference_check.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::expect_close;
+using testing::random_floats;
+
+struct Sizes {
+  std::int64_t B, H, Tq, Tk, D;
+};
+
+struct AttentionReference {
+  std::vector<double> out, dq, dk, dv;
+};
+
+// q [B, H, Tq, D], k/v [B, H, Tk, D], dout like q; everything in float64.
+AttentionReference attention_reference(const Sizes& s, const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<float>& v, const std::vector<float>& dout, bool causal,
+                                       double scale) {
+  AttentionReference r;
+  r.out.assign(q.size(), 0.0);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  const std::int64_t D = s.D;
+  for (std::int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const float* Q = q.data() + bh * s.Tq * D;
+    const float* K = k.data() + bh * s.Tk * D;
+    const float* V = v.data() + bh * s.Tk * D;
+    const float* dO = dout.data() + bh * s.Tq * D;
+    for (std::int64_t i = 0; i < s.Tq; ++i) {
+      const std::int64_t jend = causal ? i + (s.Tk - s.Tq) + 1 : s.Tk;
+      std::vector<double> p(jend);
+      double m = -1e300;
+      for (std::int64_t j = 0; j < jend; ++j) {
+        double dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) dot += double(Q[i * D + d]) * K[j * D + d];
+        p[j] = dot * scale;
+        m = std::max(m, p[j]);
+      }
+      double sum = 0;
+      for (auto& x : p) sum += (x = std::exp(x - m));
+      for (auto& x : p) x /= sum;
+      // out, dV, and dP = dO V^T
+      std::vector<double> dp(jend, 0.0);
+      double delta = 0;
+      for (std::int64_t j = 0; j < jend; ++j)
+        for (std::int64_t d = 0; d < D; ++d) {
+          r.out[(bh * s.Tq + i) * D + d] += p[j] * V[j * D + d];
+          r.dv[(bh * s.Tk + j) * D + d] += p[j] * dO[i * D + d];
+          dp[j] += double(dO[i * D + d]) * V[j * D + d];
+        }
+      for (std::int64_t j = 0; j < jend; ++j) delta += p[j] * dp[j];
+      for (std::int64_t j = 0; j < jend; ++j) {
+        const double ds = p[j] * (dp[j] - delta) * scale;
+        for (std::int64_t d = 0; d < D; ++d) {
+          r.dq[(bh * s.Tq + i) * D + d] += ds * K[j * D + d];
+          r.dk[(bh * s.Tk + j) * D + d] += ds * Q[i * D + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// [B, H, T, D] <-> [B, T, H, D]
+std::vector<float> swap_heads_and_time(const std::vector<float>& x, std::int64_t B, std::int64_t A, std::int64_t C,
+                                       std::int64_t D) {
+  std::vector<float> y(x.size());
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t a = 0; a < A; ++a)
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t d = 0; d < D; ++d) y[((b * C + c) * A + a) * D + d] = x[((b * A + a) * C + c) * D + d];
+  return y;
+}
+
+void check_against_reference(const Sizes& s, bool causal, std::uint32_t seed, double tol) {
+  const auto q = random_floats(s.B * s.H * s.Tq * s.D, seed, -1.5f, 1.5f);
+  const auto k = random_floats(s.B * s.H * s.Tk * s.D, seed + 1, -1.5f, 1.5f);
+  const auto v = random_floats(s.B * s.H * s.Tk * s.D, seed + 2);
+  const auto dout = random_floats(s.B * s.H * s.Tq * s.D, seed + 3);
+  const double scale = 1.0 / std::sqrt(double(s.D));
+  const auto ref = attention_reference(s, q, k, v, dout, causal, scale);
+  const std::string what = "B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) + " Tq=" + std::to_string(s.Tq) +
+                           " Tk=" + std::to_string(s.Tk) + " D=" + std::to_string(s.D) + (causal ? " causal" : "");
+  const auto r = testing::forward_backward(
+      [causal](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal); },
+      {Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}), Tensor::from_floats(k, {s.B, s.H, s.Tk, s.D}),
+       Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D})},
+      {true, true, true}, dout);
+  expect_close(r.output, ref.out, tol, tol, what + " out");
+  expect_close(r.grads[0], ref.dq, tol, tol, what + " dq");
+  expect_close(r.grads[1], ref.dk, tol, tol, what + " dk");
+  expect_close(r.grads[2], ref.dv, tol, tol, what + " dv");
+}
+
+TEST(Attention, MatchesNaiveFloat64Reference) {
+  std::uint32_t seed = 1;
+  for (std::int64_t T : {1, 7, 33})
+    for (std::int64_t D : {8, 16})
+      for (bool causal : {true, false}) check_against_reference({2, 3, T, T, D}, causal, seed += 4, 2e-5);
+}
+
+TEST(Attention, SpecializedAndOddHeadDimensions) {
+  // 64 and 128 run their own instantiations; 5 exercises the remainder of the blocked dot product.
+  for (std::int64_t D : {64, 128, 5}) {
+    check_against_reference({1, 2, 19, 19, D}, true, 100 + D, 2e-5);
+    check_against_reference({1, 1, 6, 6, D}, false, 200 + D, 2e-5);
+  }
+}
+
+TEST(Attention, MoreKeysThanQueries) {
+  check_against_reference({2, 2, 5, 9, 8}, true, 300, 2e-5);
+  check_against_reference({1, 2, 9, 4, 8}, false, 310, 2e-5);
+  check_against_reference({1, 1, 1, 17, 16}, true, 320, 2e-5);  // one query sees every key
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  for (bool causal : {true, false}) {
+    testing::gradcheck(
+        [causal](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal); },
+        {testing::random_tensor({1, 2, 5, 4}, 11), testing::random_tensor({1, 2, 5, 4}, 12),
+         testing::random_tensor({1, 2, 5, 4}, 13)});
+  }
+  // A custom scale, BTHD layout.
+  testing::gradcheck(
+      [](const std::vector<Tensor>& in) { return attention_bthd(in[0], in[1], in[2], true, 0.7f); },
+      {testing::random_tensor({2, 4, 2, 3}, 14), testing::random_tensor({2, 4, 2, 3}, 15),
+       testing::random_tensor({2, 4, 2, 3}, 16)});
+}
+
+TEST(Attention, CustomScale) {
+  const Sizes s{1, 2, 6, 6, 8};
+  const auto q = random_floats(96, 21), k = random_floats(96, 22), v = random_floats(96, 23);
+  const auto ref = attention_reference(s, q, k, v, std::vector<float>(96, 0.0f), true, 0.25);
+  const Tensor o = attention(Tensor::from_floats(q, {1, 2, 6, 8}), Tensor::from_floats(k, {1, 2, 6, 8}),
+                             Tensor::from_floats(v, {1, 2, 6, 8}), true, 0.25f);
+  expect_close(o.to_host_floats(), ref.out, 1e-5, 1e-5, "scale 0.25");
+}
+
+TEST(Attention, BthdLayoutAndFusedQkvViews) {
+  const std::int64_t B = 2, T = 7, H = 3, D = 8;
+  const auto qkv = random_floats(B * T * 3 * H * D, 31);
+  const Tensor fused = Tensor::from_floats(qkv, {B, T, 3, H, D});
+  const Tensor q = fused.select(2, 0), k = fused.select(2, 1), v = fused.select(2, 2);  // strided [B, T, H, D]
+  ASSERT_FALSE(q.is_contiguous());
+  const Tensor o = attention_bthd(q, k, v);
+  EXPECT_EQ(o.shape(), (Shape{B, T, H, D}));
+  EXPECT_TRUE(o.is_contiguous());
+  // Reference: the same data rearranged to [B, H, T, D].
+  auto bhtd = [&](const Tensor& t) { return swap_heads_and_time(t.to_host_floats(), B, T, H, D); };
+  const auto ref = attention_reference({B, H, T, T, D}, bhtd(q), bhtd(k), bhtd(v), std::vector<float>(B * H * T * D),
+                                       true, 1.0 / std::sqrt(8.0));
+  expect_close(swap_heads_and_time(o.to_host_floats(), B, T, H, D), ref.out, 2e-5, 2e-5, "bthd out");
+  // And the [B, H, T, D] entry point on a transposed view agrees exactly.
+  const Tensor o2 = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  EXPECT_EQ(o2.to_host_floats(), swap_heads_and_time(o.to_host_floats(), B, T, H, D));
+}
+
+// Documented tolerances (bf16/f16 inputs, same rounded values in f32): outputs and gradients
+// within 2^-6 (bf16) / 2^-9 (f16) of max(1, |value|): each is rounded once, but gradients pass
+// through rounded intermediate inputs (dO, O) as well.
+TEST(Attention, HalfPrecisionMatchesFloat) {
+  const std::int64_t B = 1, H = 2, T = 33, D = 16;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const double tol = dt == DType::bf16 ? 1.0 / 64 : 1.0 / 512;
+    const auto q = testing::rounded_to(random_floats(B * H * T * D, 41, -1.5f, 1.5f), dt);
+    const auto k = testing::rounded_to(random_floats(B * H * T * D, 42, -1.5f, 1.5f), dt);
+    const auto v = testing::rounded_to(random_floats(B * H * T * D, 43), dt);
+    const auto w = testing::rounded_to(random_floats(B * H * T * D, 44), dt);
+    auto run = [&](DType d) {
+      return testing::forward_backward(
+          [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2]); },
+          {Tensor::from_floats(q, {B, H, T, D}, d), Tensor::from_floats(k, {B, H, T, D}, d),
+           Tensor::from_floats(v, {B, H, T, D}, d)},
+          {true, true, true}, w);
+    };
+    const auto half = run(dt), full = run(DType::f32);
+    const std::string name = std::string("attention ") + dtype_name(dt);
+    expect_close(half.output, full.output, tol, tol, name + " out");
+    for (int i = 0; i < 3; ++i) expect_close(half.grads[i], full.grads[i], tol, tol, name + " grad " + std::to_string(i));
+  }
+}
+
+// The fused path keeps O(B H T D) memory: at T = 2048 one [T, T] f32 score matrix would be 16 MiB,
+// 128 times the 128 KiB of each of q, k, v.
+TEST(Attention, MemoryDoesNotGrowWithTSquared) {
+  const std::int64_t T = 2048, D = 16;
+  const Tensor q = testing::random_tensor({1, 1, T, D}, 51);
+  const Tensor k = testing::random_tensor({1, 1, T, D}, 52);
+  const Tensor v = testing::random_tensor({1, 1, T, D}, 53);
+  const Tensor w = testing::random_tensor({1, 1, T, D}, 54);
+  Tensor qg = q.detach().set_requires_grad(true);
+  CachingAllocator::instance().reset_peak();
+  const std::size_t before = memory_stats().allocated_bytes;
+  {
+    const Tensor o = attention(qg, k, v);
+    autograd::backward({o}, {w});
+  }
+  const std::size_t peak = memory_stats().peak_allocated_bytes - before;
+  const std::size_t tensor_bytes = T * D * sizeof(float);  // 128 KiB
+  EXPECT_LT(peak, 8 * tensor_bytes) << "peak " << peak << " bytes";
+  EXPECT_LT(peak, T * T * sizeof(float) / 16);
+  EXPECT_TRUE(qg.grad().defined());
+}
+
+TEST(Attention, RejectsBadShapes) {
+  const Tensor a = Tensor::zeros({1, 1, 4, 8});
+  EXPECT_THROW(attention(Tensor::zeros({1, 1, 5, 8}), a, a), Error);  // causal with Tq > Tk
+  EXPECT_THROW(attention(a, Tensor::zeros({1, 1, 4, 7}), a), Error);  // head dims differ
+  EXPECT_THROW(attention(a, a, Tensor::zeros({1, 1, 4, 8}, DType::bf16)), Error);
+  EXPECT_THROW(attention(Tensor::zeros({1, 4, 8}), a, a), Error);
+  const Tensor big = Tensor::zeros({1, 1, 2, 512});
+  EXPECT_THROW(attention(big, big, big), Error);
+}
+
+}  // namespace
+}  // namespace bmt
