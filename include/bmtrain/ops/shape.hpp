@@ -3,8 +3,10 @@
 //
 // reshape and transpose return views (no copy) where the layout allows; split and concat copy.
 // There is no differentiable contiguous(): every op accepts inputs of any strides and copies to
-// contiguous memory itself when its kernel needs it. bmt::contiguous and bmt::cast from
-// bmtrain/kernels/basic.hpp are not recorded by autograd; use reshape and to() in a forward pass.
+// contiguous memory itself when its kernel needs it. Not recorded by autograd, so not for a
+// forward pass that is differentiated: the Tensor methods view/transpose/slice/select, and
+// bmt::contiguous and bmt::cast from bmtrain/kernels/basic.hpp; use reshape, transpose, split and
+// to() instead.
 #include <vector>
 
 #include "bmtrain/tensor/tensor.hpp"

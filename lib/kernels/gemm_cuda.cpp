@@ -1,0 +1,217 @@
+// CUDA side of the GEMM seam: cuBLASLt with f32 compute for f32, bf16 and f16 operands.
+//
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B is cuBLASLt's first
+// operand and A its second, each with its own transpose flag; no data moves. One handle and one
+// workspace serve every call; the matmul descriptor, layouts and the chosen algorithm are cached per
+// problem (shape, layout, dtype, pointer alignment), so a training step's repeated shapes pay for
+// the heuristic query once. Calls are queued on the compute stream.
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/cuda_check.hpp"
+#include "gemm_check.hpp"
+
+namespace bmt::kernels {
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // what cuBLAS suggests for Hopper
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Largest power of two (up to 256) dividing the address: cuBLASLt picks kernels by alignment.
+std::uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && a % align) align /= 2;
+  return align;
+}
+
+// Everything that selects a plan. All fields are 64-bit, so the struct has no padding and compares
+// and hashes as bytes.
+struct PlanKey {
+  std::int64_t dtype, trans_a, trans_b, bias;
+  std::int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
+  std::int64_t align_a, align_b, align_c, align_bias;
+
+  bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
+};
+static_assert(sizeof(PlanKey) == 18 * sizeof(std::int64_t), "PlanKey must have no padding");
+
+struct PlanKeyHash {
+  std::size_t operator()(const PlanKey& k) const {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&k);
+    std::size_t h = 1469598103934665603ull;  // FNV-1a
+    for (std::size_t i = 0; i < sizeof k; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+// Descriptors and the algorithm for one problem.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (out) cublasLtMatrixLayoutDestroy(out);
+    if (second) cublasLtMatrixLayoutDestroy(second);
+    if (first) cublasLtMatrixLayoutDestroy(first);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// A column-major layout for a row-major stored matrix [rows, cols] (batched when batch > 1).
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                   std::int64_t batch, std::int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  BMT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(cols),
+                                              static_cast<std::uint64_t>(rows), ld));
+  if (batch > 1) {
+    const std::int32_t count = static_cast<std::int32_t>(batch);
+    BMT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                      sizeof count));
+    BMT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                      &batch_stride, sizeof batch_stride));
+  }
+  return layout;
+}
+
+class LtSession {
+ public:
+  LtSession() {
+    BMT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    BMT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  }
+  ~LtSession() {
+    plans_.clear();
+    cudaFree(workspace_);  // waits for queued work that still uses it
+    cublasLtDestroy(handle_);
+  }
+
+  void run(const GemmParams& p) {
+    PlanKey key{};
+    key.dtype = static_cast<std::int64_t>(p.dtype);
+    key.trans_a = p.a.trans;
+    key.trans_b = p.b.trans;
+    key.bias = p.bias != nullptr;
+    key.m = p.m, key.n = p.n, key.k = p.k, key.batch = p.batch;
+    key.lda = p.a.ld, key.ldb = p.b.ld, key.ldc = p.ldc;
+    key.sa = p.batch > 1 ? p.a.batch_stride : 0;
+    key.sb = p.batch > 1 ? p.b.batch_stride : 0;
+    key.sc = p.batch > 1 ? p.c_batch_stride : 0;
+    key.align_a = alignment(p.a.data);
+    key.align_b = alignment(p.b.data);
+    key.align_c = alignment(p.c);
+    key.align_bias = p.bias ? alignment(p.bias) : 0;
+
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
+    Plan& plan = *it->second;
+    if (p.bias)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                      sizeof p.bias));
+    // First operand B, second A: see the file comment.
+    BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &p.alpha, p.b.data, plan.first, p.a.data, plan.second,
+                                    &p.beta, p.c, plan.out, p.c, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
+                                    context().compute_stream().native()));
+  }
+
+ private:
+  std::unique_ptr<Plan> make_plan(const PlanKey& key) {
+    auto plan = std::make_unique<Plan>();
+    const DType dtype = static_cast<DType>(key.dtype);
+    const cudaDataType_t type = cuda_type(dtype);
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                    sizeof op_first));
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                    sizeof op_second));
+    if (key.bias) {
+      // Column-major D is [n, m]: the bias runs along its n rows, i.e. along each row-major row.
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                      sizeof epilogue));
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                                      sizeof type));
+    }
+    // Stored shapes (row-major): B is [k, n] or, transposed, [n, k]; A is [m, k] or [k, m].
+    plan->first = make_layout(type, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb, key.batch,
+                              key.sb);
+    plan->second = make_layout(type, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda, key.batch,
+                               key.sa);
+    plan->out = make_layout(type, key.m, key.n, key.ldc, key.batch, key.sc);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t workspace = kWorkspaceBytes;
+    BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                          sizeof workspace));
+    // cuBLASLt's A is our B and its B is our A.
+    const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(key.align_b), static_cast<std::uint32_t>(key.align_a),
+                                     static_cast<std::uint32_t>(key.align_c), static_cast<std::uint32_t>(key.align_c)};
+    const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
+                                                    plan->out, pref, 1, &result, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    BMT_REQUIRE(found > 0, "gemm: cuBLASLt has no algorithm for " << dtype_name(dtype) << " m=" << key.m
+                                                                 << " n=" << key.n << " k=" << key.k
+                                                                 << " batch=" << key.batch << " lda=" << key.lda
+                                                                 << " ldb=" << key.ldb << " ldc=" << key.ldc);
+    plan->algo = result.algo;
+    return plan;
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::mutex mutex_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+std::unique_ptr<LtSession>& session_slot() {
+  static std::unique_ptr<LtSession> session;
+  return session;
+}
+
+LtSession& session() {
+  static std::mutex init_mutex;
+  std::lock_guard<std::mutex> lock(init_mutex);
+  auto& slot = session_slot();
+  if (!slot) {
+    slot = std::make_unique<LtSession>();
+    // Free the handle and workspace while the device is still up; a later init starts afresh.
+    at_finalize([] { session_slot().reset(); });
+  }
+  return *slot;
+}
+
+}  // namespace
+
+void gemm(const GemmParams& p) {
+  check_gemm(p);
+  session().run(p);
+}
+
+}  // namespace bmt::kernels

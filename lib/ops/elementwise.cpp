@@ -1,0 +1,149 @@
+// Differentiable elementwise ops: forward and backward of each side by side.
+#include "bmtrain/ops/elementwise.hpp"
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/reduce.hpp"
+
+namespace bmt {
+
+namespace {
+
+using kernels::Activation;
+using kernels::BinaryOp;
+
+const char* binary_name(BinaryOp op) {
+  return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul";
+}
+
+class Binary final : public autograd::Function {
+ public:
+  explicit Binary(BinaryOp op) : op_(op) {}
+  std::string name() const override { return binary_name(op_); }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor a = contiguous(in[0]), b = contiguous(in[1]);
+    a_shape_ = a.shape();
+    b_shape_ = b.shape();
+    if (op_ == BinaryOp::mul) {  // each operand's gradient needs the other
+      a_ = a.detach();
+      b_ = b.detach();
+    }
+    return {kernels::binary(op_, a, b)};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor()};
+    const Tensor g = contiguous(grads[0]);
+    Tensor da, db;
+    switch (op_) {
+      case BinaryOp::add:
+        if (needs_input_grad(0)) da = kernels::sum_to_shape(g, a_shape_);
+        if (needs_input_grad(1)) db = kernels::sum_to_shape(g, b_shape_);
+        break;
+      case BinaryOp::sub:
+        if (needs_input_grad(0)) da = kernels::sum_to_shape(g, a_shape_);
+        if (needs_input_grad(1)) db = kernels::affine(kernels::sum_to_shape(g, b_shape_), -1.0f, 0.0f);
+        break;
+      case BinaryOp::mul:
+        if (needs_input_grad(0)) da = kernels::sum_to_shape(kernels::binary(BinaryOp::mul, g, b_), a_shape_);
+        if (needs_input_grad(1)) db = kernels::sum_to_shape(kernels::binary(BinaryOp::mul, g, a_), b_shape_);
+        break;
+    }
+    return {da, db};
+  }
+  void release_saved() override { a_ = b_ = Tensor(); }
+
+ private:
+  BinaryOp op_;
+  Shape a_shape_, b_shape_;
+  Tensor a_, b_;
+};
+
+// alpha * x + beta.
+class Affine final : public autograd::Function {
+ public:
+  Affine(float alpha, float beta) : alpha_(alpha), beta_(beta) {}
+  std::string name() const override { return beta_ == 0.0f ? "scale" : "add_scalar"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    require_floating(in[0]);
+    return {kernels::affine(contiguous(in[0]), alpha_, beta_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    if (alpha_ == 1.0f) return {grads[0]};
+    return {kernels::affine(contiguous(grads[0]), alpha_, 0.0f)};
+  }
+
+ private:
+  void require_floating(const Tensor& x) const {
+    BMT_REQUIRE(x.defined() && is_floating(x.dtype()), name() << ": expected a floating tensor (f32, bf16, f16), found "
+                                                              << (x.defined() ? dtype_name(x.dtype()) : "none"));
+  }
+  float alpha_, beta_;
+};
+
+class ActivationFn final : public autograd::Function {
+ public:
+  explicit ActivationFn(Activation act) : act_(act) {}
+  std::string name() const override {
+    return act_ == Activation::gelu ? "gelu" : act_ == Activation::silu ? "silu" : "relu";
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    x_ = contiguous(in[0]).detach();
+    return {kernels::activation_forward(act_, x_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor()};
+    return {kernels::activation_backward(act_, x_, contiguous(grads[0]))};
+  }
+  void release_saved() override { x_ = Tensor(); }
+
+ private:
+  Activation act_;
+  Tensor x_;
+};
+
+class Swiglu final : public autograd::Function {
+ public:
+  std::string name() const override { return "swiglu"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    gate_ = contiguous(in[0]).detach();
+    up_ = contiguous(in[1]).detach();
+    return {kernels::swiglu_forward(gate_, up_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor()};
+    Tensor d_gate, d_up;
+    kernels::swiglu_backward(gate_, up_, contiguous(grads[0]), needs_input_grad(0) ? &d_gate : nullptr,
+                             needs_input_grad(1) ? &d_up : nullptr);
+    return {d_gate, d_up};
+  }
+  void release_saved() override { gate_ = up_ = Tensor(); }
+
+ private:
+  Tensor gate_, up_;
+};
+
+Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
+  BMT_REQUIRE(a.defined() && b.defined(), binary_name(op) << ": expected two defined tensors");
+  return autograd::call<Binary>({a, b}, op)[0];
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::mul, a, b); }
+
+Tensor scale(const Tensor& x, float alpha) { return autograd::call<Affine>({x}, alpha, 0.0f)[0]; }
+Tensor add_scalar(const Tensor& x, float value) { return autograd::call<Affine>({x}, 1.0f, value)[0]; }
+
+Tensor gelu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activation::gelu)[0]; }
+Tensor silu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activation::silu)[0]; }
+Tensor relu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activation::relu)[0]; }
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return autograd::call<Swiglu>({gate, up})[0]; }
+
+}  // namespace bmt

@@ -1,0 +1,221 @@
+// matmul and linear over the GEMM seam, forward and backward. For C = A B:
+//   dA = dC B^T,  dB = A^T dC,
+// each one GEMM in which a saved operand is read with its transpose flag flipped, so neither a
+// transposed view nor a saved operand is ever copied for backward.
+#include "bmtrain/ops/matmul.hpp"
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/kernels/reduce.hpp"
+
+namespace bmt {
+
+namespace {
+
+using kernels::GemmOperand;
+using kernels::GemmParams;
+
+// A tensor read as a batch of matrices: its last two dimensions [rows, cols], the leading ones
+// flattened into the batch. `tensor` keeps the memory alive (a copy when the layout needed one).
+struct MatrixBatch {
+  Tensor tensor;
+  GemmOperand op;
+  std::int64_t batch = 1, rows = 0, cols = 0;
+
+  MatrixBatch transposed() const {
+    MatrixBatch t = *this;
+    t.op.trans = !op.trans;
+    std::swap(t.rows, t.cols);
+    return t;
+  }
+};
+
+// Reads t [B..., rows, cols] in place when each matrix has unit stride along one of its
+// dimensions and the leading dimensions step uniformly; copies it to contiguous memory otherwise.
+MatrixBatch as_matrices(const Tensor& t) {
+  const std::int64_t nd = t.dim();
+  MatrixBatch m;
+  m.rows = t.size(-2);
+  m.cols = t.size(-1);
+  for (std::int64_t d = 0; d + 2 < nd; ++d) m.batch *= t.shape()[d];
+  const Shape& st = t.strides();
+  const std::int64_t r = m.rows, c = m.cols, sr = st[nd - 2], sc = st[nd - 1];
+  // The stride of a size-1 dimension carries no meaning, so it never rules a layout out.
+  const bool row_major = (c == 1 || sc == 1) && (r == 1 || sr >= c);
+  const bool col_major = (r == 1 || sr == 1) && (c == 1 || sc >= r);  // a transposed view
+  bool direct = row_major || col_major;
+  if (row_major)
+    m.op = {t.data(), r == 1 ? std::max<std::int64_t>(c, 1) : std::max<std::int64_t>(sr, 1), false, 0};
+  else if (col_major)
+    m.op = {t.data(), c == 1 ? std::max<std::int64_t>(r, 1) : std::max<std::int64_t>(sc, 1), true, 0};
+  // The batch dimensions must collapse into one stride.
+  std::int64_t batch_stride = r * c, expected = -1;  // expected: the next outer dimension's stride
+  for (std::int64_t d = nd - 3; direct && d >= 0; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (expected < 0) batch_stride = st[d];
+    else direct = st[d] == expected;
+    expected = st[d] * t.shape()[d];
+  }
+  if (!direct) {
+    const Tensor packed = contiguous(t);
+    m.tensor = packed;
+    m.op = {packed.data(), std::max<std::int64_t>(c, 1), false, r * c};
+    return m;
+  }
+  m.tensor = t;
+  m.op.batch_stride = batch_stride;
+  return m;
+}
+
+// C (a new contiguous [batch, m, n] buffer, or `out`) = op(A) op(B) (+ bias).
+void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr) {
+  GemmParams p;
+  p.dtype = out.dtype();
+  p.m = a.rows;
+  p.n = b.cols;
+  p.k = a.cols;
+  p.batch = a.batch;
+  p.a = a.op;
+  p.b = b.op;
+  p.c = out.data();
+  p.ldc = p.n;
+  p.c_batch_stride = p.m * p.n;
+  p.bias = bias;
+  kernels::gemm(p);
+}
+
+Tensor product(const MatrixBatch& a, const MatrixBatch& b, const Shape& shape, DType dtype) {
+  Tensor out = Tensor::empty(shape, dtype);
+  if (out.numel() == 0) return out;
+  if (a.cols == 0) {  // an empty sum
+    out.zero_();
+    return out;
+  }
+  multiply(a, b, out);
+  return out;
+}
+
+// a [..., K] as a matrix [M, K] (M = product of the leading dimensions).
+MatrixBatch as_rows(const Tensor& a) {
+  if (a.dim() == 2) return as_matrices(a);
+  const std::int64_t k = a.size(-1);
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.shape()[d];
+  return as_matrices(contiguous(a).view({rows, k}));
+}
+
+void require_pair(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
+  BMT_REQUIRE(a.defined() && b.defined(), op << ": expected defined " << a_name << " and " << b_name);
+  BMT_REQUIRE(is_floating(a.dtype()) && a.dtype() == b.dtype(),
+              op << ": expected " << a_name << " and " << b_name << " of one floating dtype, found "
+                 << dtype_name(a.dtype()) << " " << to_string(a.shape()) << " and " << dtype_name(b.dtype()) << " "
+                 << to_string(b.shape()));
+}
+
+class Matmul final : public autograd::Function {
+ public:
+  std::string name() const override { return "matmul"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor &a = in[0], &b = in[1];
+    require_pair(a, b, "matmul", "a", "b");
+    BMT_REQUIRE(a.dim() >= 2 && b.dim() >= 2,
+                "matmul: expected a [..., M, K] and b [..., K, N] of at least 2 dimensions, found a "
+                    << to_string(a.shape()) << " and b " << to_string(b.shape()));
+    BMT_REQUIRE(a.size(-1) == b.size(-2), "matmul: expected a [..., M, K] and b [K, N] with matching K, found a "
+                                              << to_string(a.shape()) << " and b " << to_string(b.shape()));
+    a_shape_ = a.shape();
+    b_shape_ = b.shape();
+    Shape out_shape = a.shape();
+    out_shape.back() = b.size(-1);
+    if (b.dim() == 2) {
+      a_ = as_rows(a.detach());
+    } else {
+      bool same_batch = a.dim() == b.dim();
+      for (std::int64_t d = 0; same_batch && d + 2 < a.dim(); ++d) same_batch = a.shape()[d] == b.shape()[d];
+      BMT_REQUIRE(same_batch, "matmul: expected a [B..., M, K] and b [B..., K, N] with equal leading dimensions "
+                              "(or b 2-D), found a "
+                                  << to_string(a.shape()) << " and b " << to_string(b.shape()));
+      a_ = as_matrices(a.detach());
+    }
+    b_ = as_matrices(b.detach());
+    return {product(a_, b_, out_shape, a.dtype())};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor()};
+    const Tensor g = contiguous(grads[0]);
+    MatrixBatch dc = b_shape_.size() == 2 ? as_rows(g) : as_matrices(g);
+    Tensor da, db;
+    if (needs_input_grad(0)) da = product(dc, b_.transposed(), a_shape_, g.dtype());
+    if (needs_input_grad(1)) db = product(a_.transposed(), dc, b_shape_, g.dtype());
+    return {da, db};
+  }
+  void release_saved() override { a_ = b_ = MatrixBatch(); }
+
+ private:
+  Shape a_shape_, b_shape_;
+  MatrixBatch a_, b_;
+};
+
+class Linear final : public autograd::Function {
+ public:
+  std::string name() const override { return "linear"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor &x = in[0], &w = in[1], &bias = in[2];
+    require_pair(x, w, "linear", "input", "weight");
+    BMT_REQUIRE(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
+                "linear: expected input [..., in] and weight [out, in] with matching in, found input "
+                    << to_string(x.shape()) << " and weight " << to_string(w.shape()));
+    if (bias.defined()) {
+      BMT_REQUIRE(bias.dtype() == w.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0),
+                  "linear: expected bias [" << w.size(0) << "] in " << dtype_name(w.dtype()) << ", found "
+                                            << to_string(bias.shape()) << " in " << dtype_name(bias.dtype()));
+    }
+    x_shape_ = x.shape();
+    x_ = as_rows(x.dim() == 1 ? contiguous(x.detach()).view({1, x.size(0)}) : x.detach());
+    w_ = as_matrices(w.detach());
+    Shape out_shape = x.shape();
+    out_shape.back() = w.size(0);
+    Tensor y = Tensor::empty(out_shape, x.dtype());
+    if (y.numel() == 0) return {y};
+    const Tensor b = bias.defined() ? contiguous(bias) : Tensor();
+    if (x_.cols == 0) {  // no inputs: y is the bias on every row
+      y.zero_();
+      if (b.defined()) y = kernels::binary(kernels::BinaryOp::add, y, b);
+      return {y};
+    }
+    multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
+    return {y};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor g = contiguous(grads[0]);
+    const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
+    Tensor dx, dw, db;
+    if (needs_input_grad(0)) dx = product(dy, w_, x_shape_, g.dtype());
+    if (needs_input_grad(1)) dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
+    if (needs_input_grad(2)) db = kernels::sum_dim(g.view({dy.rows, w_.rows}), 0, false);
+    return {dx, dw, db};
+  }
+  void release_saved() override { x_ = w_ = MatrixBatch(); }
+
+ private:
+  Shape x_shape_;
+  MatrixBatch x_, w_;
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return autograd::call<Matmul>({a, b})[0]; }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return autograd::call<Linear>({x, weight, bias})[0];
+}
+
+}  // namespace bmt

@@ -1,0 +1,208 @@
+// matmul and linear: values against float64 host products, transposed views read without copies,
+// gradients against finite differences, bf16/f16 against f32, and misuse messages.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/ops/ops.hpp"
+#include "bmtrain/tensor/allocator.hpp"
+#include "bmtrain/tensor/memory.hpp"
+#include "gradcheck.hpp"
+#include "host_reference.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::expect_near_all;
+using testing::gradcheck;
+using testing::matmul_reference;
+using testing::random_floats;
+using testing::random_tensor;
+
+struct Mkn {
+  std::int64_t m, k, n;
+};
+const std::vector<Mkn> kShapes = {{1, 1, 1}, {3, 17, 5}, {33, 8, 17}, {17, 33, 1}, {1, 65, 3}, {64, 64, 64}};
+
+// Row-major [cols, rows] data of the transpose of row-major [rows, cols] data.
+std::vector<float> transposed(const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> t(v.size());
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) t[j * rows + i] = v[i * cols + j];
+  return t;
+}
+
+TEST(Matmul, MatchesFloat64) {
+  std::uint32_t seed = 1;
+  for (const auto& s : kShapes) {
+    const auto av = random_floats(s.m * s.k, seed++), bv = random_floats(s.k * s.n, seed++);
+    const Tensor c = matmul(Tensor::from_floats(av, {s.m, s.k}), Tensor::from_floats(bv, {s.k, s.n}));
+    ASSERT_EQ(c.shape(), (Shape{s.m, s.n}));
+    expect_near_all(c.to_host_floats(), matmul_reference(av, bv, 1, s.m, s.k, s.n, false), 1e-5, 1e-5,
+                    "matmul m=" + std::to_string(s.m) + " k=" + std::to_string(s.k) + " n=" + std::to_string(s.n));
+  }
+}
+
+TEST(Matmul, TransposedViewsAreReadInPlace) {
+  for (const auto& s : kShapes) {
+    const auto at = random_floats(s.k * s.m, 3), bt = random_floats(s.n * s.k, 4);  // stored [k, m], [n, k]
+    const Tensor a = Tensor::from_floats(at, {s.k, s.m}).transpose(0, 1);
+    const Tensor b = Tensor::from_floats(bt, {s.n, s.k}).transpose(0, 1);
+    const auto ref = matmul_reference(transposed(at, s.k, s.m), transposed(bt, s.n, s.k), 1, s.m, s.k, s.n, false);
+    const auto before = memory_stats().allocations;
+    const Tensor c = matmul(a, b);
+    // f32 on the host build allocates the output and nothing else: no operand was copied.
+    if (memory::is_host()) EXPECT_EQ(memory_stats().allocations - before, 1u);
+    expect_near_all(c.to_host_floats(), ref, 1e-5, 1e-5, "matmul of transposed views");
+  }
+}
+
+TEST(Matmul, ColumnSlicesAndStridedOperands) {
+  // A column slice has unit stride along rows and a leading dimension wider than its width.
+  const auto v = random_floats(6 * 10, 5), w = random_floats(4 * 3, 6);
+  const Tensor wide = Tensor::from_floats(v, {6, 10});
+  const Tensor a = wide.slice(1, 2, 6);  // [6, 4]
+  std::vector<float> packed;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 2; j < 6; ++j) packed.push_back(v[i * 10 + j]);
+  expect_near_all(matmul(a, Tensor::from_floats(w, {4, 3})).to_host_floats(),
+                  matmul_reference(packed, w, 1, 6, 4, 3, false), 1e-5, 1e-5, "column slice");
+  // Every other row: neither row- nor column-major, so it is copied, still correct.
+  const Tensor rows = wide.view({3, 2, 10}).select(1, 0).slice(1, 0, 4);  // [3, 4] with stride 20
+  std::vector<float> picked;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) picked.push_back(v[i * 20 + j]);
+  expect_near_all(matmul(rows, Tensor::from_floats(w, {4, 3})).to_host_floats(),
+                  matmul_reference(picked, w, 1, 3, 4, 3, false), 1e-5, 1e-5, "strided rows");
+}
+
+TEST(Matmul, LeadingDimensionsFlattenOrBatch) {
+  // a [2, 3, 5, 4] x b [4, 7]: leading dimensions flattened into the rows.
+  const auto av = random_floats(2 * 3 * 5 * 4, 7), bv = random_floats(4 * 7, 8);
+  const Tensor c = matmul(Tensor::from_floats(av, {2, 3, 5, 4}), Tensor::from_floats(bv, {4, 7}));
+  EXPECT_EQ(c.shape(), (Shape{2, 3, 5, 7}));
+  expect_near_all(c.to_host_floats(), matmul_reference(av, bv, 1, 30, 4, 7, false), 1e-5, 1e-5, "flattened");
+  // a [3, 5, 4] x b [3, 4, 7]: one product per batch index.
+  const auto bb = random_floats(3 * 4 * 7, 9);
+  const auto av3 = random_floats(3 * 5 * 4, 10);
+  const Tensor cb = matmul(Tensor::from_floats(av3, {3, 5, 4}), Tensor::from_floats(bb, {3, 4, 7}));
+  EXPECT_EQ(cb.shape(), (Shape{3, 5, 7}));
+  expect_near_all(cb.to_host_floats(), matmul_reference(av3, bb, 3, 5, 4, 7, true), 1e-5, 1e-5, "batched");
+  // Batched with a transposed view of the last two dimensions (q k^T in attention).
+  const auto kv = random_floats(3 * 7 * 4, 11), qv = random_floats(3 * 5 * 4, 12);
+  const Tensor kt = Tensor::from_floats(kv, {3, 7, 4}).transpose(1, 2);  // [3, 4, 7], column-major
+  std::vector<float> kt_packed;
+  for (int t = 0; t < 3; ++t) {
+    const auto one = transposed(std::vector<float>(kv.begin() + t * 28, kv.begin() + (t + 1) * 28), 7, 4);
+    kt_packed.insert(kt_packed.end(), one.begin(), one.end());
+  }
+  const auto before = memory_stats().allocations;
+  const Tensor scores = matmul(Tensor::from_floats(qv, {3, 5, 4}), kt);
+  if (memory::is_host()) EXPECT_EQ(memory_stats().allocations - before, 2u);  // q's upload and the result
+  expect_near_all(scores.to_host_floats(), matmul_reference(qv, kt_packed, 3, 5, 4, 7, true), 1e-5, 1e-5,
+                  "batched transposed");
+}
+
+TEST(Matmul, EmptyInnerDimensionGivesZeros) {
+  const Tensor c = matmul(Tensor::zeros({3, 0}), Tensor::zeros({0, 4}));
+  ASSERT_EQ(c.shape(), (Shape{3, 4}));
+  for (float x : c.to_host_floats()) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Matmul, Gradients) {
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+            {random_tensor({3, 5}, 20), random_tensor({5, 4}, 21)});
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+            {random_tensor({1, 1}, 22), random_tensor({1, 3}, 23)});
+  // Through transposed views on both sides.
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(transpose(in[0], 0, 1), transpose(in[1], 0, 1)); },
+            {random_tensor({5, 3}, 24), random_tensor({4, 5}, 25)});
+  // Flattened leading dimensions and batched products.
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+            {random_tensor({2, 3, 4}, 26), random_tensor({4, 5}, 27)});
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+            {random_tensor({2, 3, 4}, 28), random_tensor({2, 4, 5}, 29)});
+  gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], transpose(in[1], 1, 2)); },
+            {random_tensor({2, 3, 4}, 30), random_tensor({2, 5, 4}, 31)});
+}
+
+TEST(Linear, MatchesFloat64) {
+  for (const auto& s : kShapes) {
+    const auto xv = random_floats(2 * s.m * s.k, 40), wv = random_floats(s.n * s.k, 41), bv = random_floats(s.n, 42);
+    const Tensor x = Tensor::from_floats(xv, {2, s.m, s.k});
+    const Tensor w = Tensor::from_floats(wv, {s.n, s.k});
+    auto ref = matmul_reference(xv, transposed(wv, s.n, s.k), 1, 2 * s.m, s.k, s.n, false);
+    expect_near_all(linear(x, w).to_host_floats(), ref, 1e-5, 1e-5, "linear without bias");
+    for (std::size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % s.n];
+    const Tensor y = linear(x, w, Tensor::from_floats(bv, {s.n}));
+    EXPECT_EQ(y.shape(), (Shape{2, s.m, s.n}));
+    expect_near_all(y.to_host_floats(), ref, 1e-5, 1e-5, "linear with bias");
+  }
+  // A 1-D input is one row.
+  const Tensor y1 = linear(Tensor::from_floats({1, 2}, {2}), Tensor::from_floats({1, 0, 0, 1, 1, 1}, {3, 2}),
+                           Tensor::from_floats({10, 20, 30}, {3}));
+  EXPECT_EQ(y1.shape(), (Shape{3}));
+  expect_near_all(y1.to_host_floats(), {11, 22, 33}, 0, 0, "linear of a vector");
+}
+
+TEST(Linear, Gradients) {
+  gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+            {random_tensor({3, 5}, 50), random_tensor({4, 5}, 51), random_tensor({4}, 52)});
+  gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1]); },
+            {random_tensor({2, 3, 5}, 53), random_tensor({1, 5}, 54)});
+  gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+            {random_tensor({1, 1}, 55), random_tensor({3, 1}, 56), random_tensor({3}, 57)});
+}
+
+// bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
+// against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
+TEST(Matmul, HalfPrecisionMatchesF32Path) {
+  const std::int64_t m = 9, k = 129, n = 17;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor a16 = random_tensor({m, k}, 60, -1, 1, dt), b16 = random_tensor({k, n}, 61, -1, 1, dt);
+    const Tensor bias16 = random_tensor({n}, 62, -1, 1, dt), w16 = random_tensor({n, k}, 63, -1, 1, dt);
+    const auto a = a16.to_host_floats(), b = b16.to_host_floats();
+    std::vector<float> abs_a(a.size()), abs_b(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) abs_a[i] = std::fabs(a[i]);
+    for (std::size_t i = 0; i < b.size(); ++i) abs_b[i] = std::fabs(b[i]);
+    const auto scale = matmul_reference(abs_a, abs_b, 1, m, k, n, false);
+    const auto c16 = matmul(a16, b16), c32 = matmul(cast(a16, DType::f32), cast(b16, DType::f32));
+    ASSERT_EQ(c16.dtype(), dt);
+    const auto h = c16.to_host_floats(), f = c32.to_host_floats();
+    for (std::size_t i = 0; i < h.size(); ++i)
+      EXPECT_NEAR(h[i], f[i], testing::roundoff(dt) * (std::fabs(f[i]) + 1e-2 * scale[i]) + 1e-6) << "element " << i;
+    const auto y16 = linear(a16, w16, bias16).to_host_floats();
+    const auto y32 = linear(cast(a16, DType::f32), cast(w16, DType::f32), cast(bias16, DType::f32)).to_host_floats();
+    expect_near_all(y16, testing::to_double(y32), 2e-2, 2 * testing::roundoff(dt), "linear");
+
+    // Gradients in the input's dtype.
+    Tensor x = a16.detach().set_requires_grad(true), w = w16.detach().set_requires_grad(true);
+    Tensor bias = bias16.detach().set_requires_grad(true);
+    sum(linear(x, w, bias)).backward();
+    EXPECT_EQ(x.grad().dtype(), dt);
+    EXPECT_EQ(w.grad().dtype(), dt);
+    EXPECT_EQ(bias.grad().dtype(), dt);
+    for (float g : bias.grad().to_host_floats()) EXPECT_NEAR(g, static_cast<float>(m), 0.0f);
+  }
+}
+
+TEST(Matmul, MisuseNamesBothShapes) {
+  const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  EXPECT_THAT([&] { matmul(a, b); }, ::testing::ThrowsMessage<Error>(::testing::AllOf(
+                                          ::testing::HasSubstr("[2, 3]"), ::testing::HasSubstr("[4, 5]"))));
+  EXPECT_THAT([&] { matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 4})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("leading dimensions")));
+  EXPECT_THAT([&] { matmul(a, Tensor::zeros({3, 4}, DType::bf16)); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("bf16")));
+  EXPECT_THAT([&] { linear(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); },
+              ::testing::ThrowsMessage<Error>(::testing::AllOf(::testing::HasSubstr("[2, 3]"),
+                                                               ::testing::HasSubstr("[4, 5]"))));
+  EXPECT_THAT([&] { linear(Tensor::zeros({2, 3}), Tensor::zeros({4, 3}), Tensor::zeros({5})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("bias [4]")));
+  EXPECT_THROW(matmul(Tensor::zeros({3}), Tensor::zeros({3, 2})), Error);
+}
+
+}  // namespace
+}  // namespace bmt

@@ -1,0 +1,153 @@
+// Reductions: sums and means against float64, f32 accumulation for 16-bit data, gradients, and
+// the multi-tensor inf/nan and global-norm checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/ops/ops.hpp"
+#include "gradcheck.hpp"
+#include "host_reference.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::expect_near_all;
+using testing::gradcheck;
+using testing::random_floats;
+using testing::random_tensor;
+
+double host_sum(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return s;
+}
+
+TEST(Reduce, SumAndMeanOfAllElements) {
+  for (const Shape& shape : std::vector<Shape>{{1}, {3}, {17, 33}, {2, 3, 5}, {1000}}) {
+    const auto v = random_floats(static_cast<std::size_t>(numel_of(shape)), 1);
+    const Tensor x = Tensor::from_floats(v, shape);
+    const Tensor s = sum(x), m = mean(x);
+    EXPECT_EQ(s.shape(), Shape{});
+    EXPECT_EQ(s.numel(), 1);
+    EXPECT_EQ(s.dtype(), DType::f32);
+    expect_near_all(s.to_host_floats(), {host_sum(v)}, 1e-5, 1e-5, "sum " + to_string(shape));
+    expect_near_all(m.to_host_floats(), {host_sum(v) / v.size()}, 1e-6, 1e-5, "mean " + to_string(shape));
+  }
+  expect_near_all(sum(Tensor::zeros({0})).to_host_floats(), {0.0}, 0, 0, "sum of nothing");
+}
+
+TEST(Reduce, SumAndMeanOverEachDimension) {
+  const Shape shape{3, 17, 5};
+  const auto v = random_floats(3 * 17 * 5, 2);
+  const Tensor x = Tensor::from_floats(v, shape);
+  for (std::int64_t d = -3; d < 3; ++d) {
+    const std::int64_t dim = d < 0 ? d + 3 : d;
+    for (bool keepdim : {false, true}) {
+      Shape out = shape;
+      if (keepdim) out[dim] = 1;
+      else out.erase(out.begin() + dim);
+      std::vector<double> ref(static_cast<std::size_t>(numel_of(out)), 0.0);
+      for (std::int64_t i = 0; i < 3; ++i)
+        for (std::int64_t j = 0; j < 17; ++j)
+          for (std::int64_t k = 0; k < 5; ++k) {
+            const std::int64_t idx[3] = {i, j, k};
+            std::int64_t o = 0;
+            for (int a = 0; a < 3; ++a)
+              if (a != dim) o = o * shape[a] + idx[a];
+            ref[o] += v[(i * 17 + j) * 5 + k];
+          }
+      const std::string what = "dim " + std::to_string(d) + (keepdim ? " keepdim" : "");
+      const Tensor s = sum(x, d, keepdim);
+      EXPECT_EQ(s.shape(), out) << what;
+      expect_near_all(s.to_host_floats(), ref, 1e-5, 1e-5, "sum " + what);
+      for (auto& r : ref) r /= shape[dim];
+      expect_near_all(mean(x, d, keepdim).to_host_floats(), ref, 1e-6, 1e-5, "mean " + what);
+    }
+  }
+}
+
+TEST(Reduce, SixteenBitDataAccumulatesInF32) {
+  // 4096 ones: a bf16 running sum would stall at 256, an f16 one at 2048.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const Tensor x = full({4096}, 1.0f, dt);
+    EXPECT_EQ(sum(x).dtype(), dt);
+    EXPECT_EQ(sum(x).to_host_floats()[0], 4096.0f) << dtype_name(dt);
+    EXPECT_EQ(sum(full({2, 4096}, 1.0f, dt), 1).to_host_floats(), (std::vector<float>{4096.0f, 4096.0f}));
+    EXPECT_EQ(sum(full({4096, 2}, 1.0f, dt), 0).to_host_floats(), (std::vector<float>{4096.0f, 4096.0f}));
+    EXPECT_FLOAT_EQ(mean(full({4096}, 0.5f, dt)).to_host_floats()[0], 0.5f);
+  }
+}
+
+TEST(Reduce, Gradients) {
+  const Tensor x = random_tensor({3, 4, 5}, 3);
+  gradcheck([](const std::vector<Tensor>& in) { return sum(in[0]); }, {x});
+  gradcheck([](const std::vector<Tensor>& in) { return mean(in[0]); }, {x});
+  for (std::int64_t d : {0, 1, 2, -1})
+    for (bool keepdim : {false, true}) {
+      SCOPED_TRACE("dim " + std::to_string(d));
+      gradcheck([=](const std::vector<Tensor>& in) { return sum(in[0], d, keepdim); }, {x});
+      gradcheck([=](const std::vector<Tensor>& in) { return mean(in[0], d, keepdim); }, {x});
+    }
+  // Through a transposed (non-contiguous) input.
+  gradcheck([](const std::vector<Tensor>& in) { return sum(transpose(in[0], 0, 2), 1); }, {x});
+}
+
+TEST(Reduce, HasInfNanAcrossManyTensorsAndDtypes) {
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < 40; ++i) {  // more than one launch's table of tensors per dtype
+    const DType dt = i % 3 == 0 ? DType::f32 : i % 3 == 1 ? DType::bf16 : DType::f16;
+    tensors.push_back(random_tensor({i % 5 + 1, 7}, 100 + i, -100.0f, 100.0f, dt));
+  }
+  tensors.push_back(random_tensor({4, 6}, 99).transpose(0, 1));  // strided
+  tensors.push_back(Tensor::zeros({0}));
+  EXPECT_FALSE(has_inf_nan(tensors));
+  EXPECT_EQ(inf_nan_flag(tensors).dtype(), DType::i32);
+
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {inf, -inf, nan}) {
+    for (std::size_t which : {std::size_t(0), std::size_t(20), std::size_t(38), tensors.size() - 2}) {
+      auto poisoned = tensors;
+      const Tensor& t = tensors[which];
+      auto v = t.to_host_floats();
+      v[v.size() - 1] = bad;
+      poisoned[which] = Tensor::from_floats(v, t.shape(), t.dtype());
+      EXPECT_TRUE(has_inf_nan(poisoned)) << "value " << bad << " in tensor " << which;
+    }
+  }
+  // A finite f32 value beyond f16's range becomes inf once stored as f16.
+  EXPECT_FALSE(has_inf_nan({Tensor::from_floats({70000.0f}, {1})}));
+  EXPECT_TRUE(has_inf_nan({Tensor::from_floats({70000.0f}, {1}, DType::f16)}));
+  EXPECT_FALSE(has_inf_nan({}));
+  EXPECT_THROW(has_inf_nan({Tensor::zeros({2}, DType::i64)}), Error);
+}
+
+TEST(Reduce, GlobalL2NormMatchesFloat64) {
+  std::vector<Tensor> tensors;
+  double squares = 0;
+  for (int i = 0; i < 70; ++i) {
+    const DType dt = i % 3 == 0 ? DType::f32 : i % 3 == 1 ? DType::bf16 : DType::f16;
+    const Tensor t = random_tensor({i % 7 + 1, 5}, 200 + i, -2.0f, 2.0f, dt);
+    for (float x : t.to_host_floats()) squares += static_cast<double>(x) * x;
+    tensors.push_back(t);
+  }
+  const Tensor norm = global_l2_norm(tensors);
+  EXPECT_EQ(norm.shape(), Shape{});
+  EXPECT_EQ(norm.dtype(), DType::f32);
+  EXPECT_NEAR(norm.to_host_floats()[0], std::sqrt(squares), 1e-5 * std::sqrt(squares));
+  EXPECT_EQ(global_l2_norm({}).to_host_floats()[0], 0.0f);
+  EXPECT_FLOAT_EQ(global_l2_norm({Tensor::from_floats({3, 4}, {2}).view({2, 1}).transpose(0, 1)}).to_host_floats()[0],
+                  5.0f);
+}
+
+TEST(Reduce, Misuse) {
+  EXPECT_THAT([] { sum(Tensor::zeros({2, 3}), 2); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("[2, 3]")));
+  EXPECT_THROW(mean(Tensor::zeros({2}, DType::i32)), Error);
+}
+
+}  // namespace
+}  // namespace bmt
