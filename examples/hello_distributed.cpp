@@ -5,7 +5,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  bmt::DistributedGuard guard(&argc, &argv, {.seed = 0});
+  bmt::DistributedGuard guard(&argc, &argv);
   const auto& t = bmt::context().topology();
   bmt::print_rank("bmtrain: world size ", t.world_size, ", nodes ", t.node_count, ", ranks per node ",
                   t.local_size, ", backend ", bmt::context().world_comm().backend());

@@ -21,7 +21,9 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  bmt::init_distributed(&argc, &argv, {.seed = 1234});
+  bmt::InitOptions options;
+  options.seed = 1234;
+  bmt::init_distributed(&argc, &argv, options);
   if (bmt::rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

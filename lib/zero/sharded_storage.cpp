@@ -151,6 +151,7 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
                       ReduceOp::avg, stream);
   reduced_ = stream.record();
+  reducing_ = full_grad;
   grad_dirty_ = true;
   return reduced_;
 }
@@ -158,6 +159,7 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
 void ShardedStorage::settle() {
   if (!is_initialized()) return;
   context().compute_stream().wait(reduced_);
+  reducing_ = Tensor();
   if (incoming_pending_) {
     add_(grad_shard_, incoming_);
     incoming_pending_ = false;

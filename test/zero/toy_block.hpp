@@ -45,10 +45,29 @@ class TanhAffine final : public bmt::autograd::Function {
   bmt::Tensor x_, w_, b_;
 };
 
+// sum of all elements, on the host.
+class SumAll final : public bmt::autograd::Function {
+ public:
+  std::string name() const override { return "SumAll"; }
+  std::vector<bmt::Tensor> forward(const std::vector<bmt::Tensor>& in) override {
+    shape_ = in[0].shape();
+    double s = 0;
+    for (float v : in[0].to_host_floats()) s += v;
+    return {bmt::Tensor::from_floats({static_cast<float>(s)}, {1})};
+  }
+  std::vector<bmt::Tensor> backward(const std::vector<bmt::Tensor>& g) override {
+    const float gv = g[0].to_host_floats()[0];
+    return {bmt::Tensor::from_floats(std::vector<float>(static_cast<std::size_t>(bmt::numel_of(shape_)), gv), shape_)};
+  }
+
+ private:
+  bmt::Shape shape_;
+};
+
 struct Block : bmt::Module {
   bmt::DistributedParameter w, b;
-  explicit Block(std::int64_t d)
-      : w({d}, bmt::DType::f32, bmt::init::normal(1.0f, 0.3f)), b({d}, bmt::DType::f32, bmt::init::normal(0.1f)) {
+  explicit Block(std::int64_t d, bmt::DType dtype = bmt::DType::f32)
+      : w({d}, dtype, bmt::init::normal(1.0f, 0.3f)), b({d}, dtype, bmt::init::normal(0.1f)) {
     register_parameter("w", w);
     register_parameter("b", b);
   }

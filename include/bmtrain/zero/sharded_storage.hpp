@@ -59,7 +59,8 @@ class ShardedStorage {
 
   // Reduces `full_grad` (f32, total()) over ranks (average) into this rank's gradient shard,
   // adding to what is there, queued on `stream` after `ready`. Returns an event for when
-  // `full_grad` may be reused. Call settle() before reading grad_shard().
+  // `full_grad` may be reused; the storage keeps it alive until then. Call settle() before
+  // reading grad_shard().
   Event reduce_gradient(const Tensor& full_grad, Communicator& comm, Stream& stream, const Event& ready);
   // Makes the compute stream wait for reductions in flight and folds them into the gradient shard.
   void settle();
@@ -88,6 +89,7 @@ class ShardedStorage {
   bool grad_dirty_ = false;    // grad_shard_ holds gradients (not known zero)
   bool incoming_pending_ = false;
   Event reduced_;              // completion of the reduction in flight
+  Tensor reducing_;            // its input, kept alive until then
   bool bound_ = false;
 };
 

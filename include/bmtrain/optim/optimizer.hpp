@@ -1,0 +1,57 @@
+#pragma once
+// Optimizers update each rank's shard of every ShardedStorage from its f32 gradient shard: the
+// optimizer state (fp32 master weights, moments) is sharded exactly like the parameters, so each
+// rank holds 1/N of it. After an update the compute-dtype shard is rewritten from the master.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bmtrain/nn/module.hpp"
+#include "bmtrain/zero/sharded_storage.hpp"
+
+namespace bmt::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(Module& model);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update with learning rate `lr`; every gradient is multiplied by `grad_scale` first
+  // (1 / loss scale, times the clipping factor).
+  virtual void step(float lr, float grad_scale) = 0;
+  virtual std::string name() const = 0;
+
+  // The tensors that make up the optimizer's state for storage `s` (this rank's shards), by
+  // name ("master", "exp_avg", ...), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const = 0;
+
+  void zero_grad();
+  // Waits for gradient reductions in flight and folds accumulated ones in.
+  void settle();
+  const std::vector<ShardedStorage*>& storages() const { return storages_; }
+  std::vector<Tensor> gradient_shards() const;
+  std::int64_t step_count() const { return steps_; }
+  void set_step_count(std::int64_t steps) { steps_ = steps; }
+
+  // Shard element ranges of trainable parameters, with the weight decay each range gets.
+  struct Range {
+    std::int64_t begin, end;
+    float weight_decay;
+  };
+  const std::vector<Range>& ranges(std::size_t storage) const { return ranges_[storage]; }
+
+ protected:
+  // Splits each shard into ranges of trainable parameters; decay(name, shape) says whether a
+  // parameter gets weight decay.
+  void plan_ranges(float weight_decay, bool (*decay)(const std::string&, const Shape&));
+  std::vector<ShardedStorage*> storages_;
+  std::vector<std::vector<Range>> ranges_;
+  std::int64_t steps_ = 0;
+};
+
+// The usual rule: decay matrices (2 or more dimensions), not biases, norms or gains.
+bool decay_matrices(const std::string& name, const Shape& shape);
+
+}  // namespace bmt::optim

@@ -1,0 +1,26 @@
+#pragma once
+// SGD with momentum (and optional Nesterov, decoupled weight decay), sharded like AdamW.
+#include "bmtrain/optim/optimizer.hpp"
+
+namespace bmt::optim {
+
+struct SGDOptions {
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  bool (*decay)(const std::string&, const Shape&) = decay_matrices;
+};
+
+class SGD final : public Optimizer {
+ public:
+  SGD(Module& model, SGDOptions options = {});
+  void step(float lr, float grad_scale) override;
+  std::string name() const override { return "SGD"; }
+  std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
+
+ private:
+  SGDOptions options_;
+  std::vector<Tensor> master_, momentum_;
+};
+
+}  // namespace bmt::optim

@@ -1,0 +1,131 @@
+#include "bmtrain/optim/adamw.hpp"
+
+#include <cmath>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/math.hpp"
+#include "bmtrain/runtime/half.hpp"
+#include "bmtrain/tensor/memory.hpp"
+
+namespace bmt::optim {
+
+namespace {
+
+using namespace kernels;
+
+struct AdamWStep {
+  float lr, grad_scale, beta1, beta2, eps, weight_decay, bias1, bias2;
+};
+
+// One fused pass over [begin, end) of a shard. P is the parameter storage type; `master` aliases
+// the parameter shard when P is float.
+template <class P>
+void adamw_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  std::int64_t begin, std::int64_t end, AdamWStep h) {
+  auto p = view1<P>(param, "AdamW");
+  auto w = view1<float>(master, "AdamW");
+  auto g = view1<float>(grad, "AdamW");
+  auto mv = view1<float>(m, "AdamW");
+  auto vv = view1<float>(v, "AdamW");
+  Kokkos::parallel_for(
+      "bmt::adamw", Kokkos::RangePolicy<ExecSpace>(space(), begin, end), KOKKOS_LAMBDA(std::int64_t i) {
+        const float gi = g(i) * h.grad_scale;
+        const float mi = h.beta1 * mv(i) + (1.0f - h.beta1) * gi;
+        const float vi = h.beta2 * vv(i) + (1.0f - h.beta2) * gi * gi;
+        mv(i) = mi;
+        vv(i) = vi;
+        const float update = (mi / h.bias1) / (kmath::sqrt(vi / h.bias2) + h.eps);
+        const float wi = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * update;
+        w(i) = wi;
+        p(i) = from_f32<P>(wi);
+      });
+}
+
+}  // namespace
+
+AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(options) {
+  BMT_REQUIRE(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+              "AdamW: expected betas in [0, 1), found (" << options.beta1 << ", " << options.beta2 << ")");
+  BMT_REQUIRE(options.eps > 0, "AdamW: expected eps > 0, found " << options.eps);
+  plan_ranges(options.weight_decay, options.decay);
+  state_.resize(storages_.size());
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    ShardedStorage& s = *storages_[k];
+    State& st = state_[k];
+    const std::int64_t n = s.shard_size();
+    if (options_.offload) {
+      st.host_master = s.shard().to_host_floats();
+      st.host_m.assign(static_cast<std::size_t>(n), 0.0f);
+      st.host_v.assign(static_cast<std::size_t>(n), 0.0f);
+      st.host_grad.resize(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (s.dtype() != DType::f32) st.master = cast(s.shard(), DType::f32);
+    st.exp_avg = Tensor::zeros({n}, DType::f32);
+    st.exp_avg_sq = Tensor::zeros({n}, DType::f32);
+  }
+}
+
+void AdamW::step(float lr, float grad_scale) {
+  ++steps_;
+  const float bias1 = 1.0f - std::pow(options_.beta1, static_cast<float>(steps_));
+  const float bias2 = 1.0f - std::pow(options_.beta2, static_cast<float>(steps_));
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    storages_[k]->settle();
+    if (options_.offload) {
+      step_host(k, lr, grad_scale, bias1, bias2);
+    } else {
+      step_device(k, lr, grad_scale, bias1, bias2);
+    }
+  }
+}
+
+void AdamW::step_device(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
+  ShardedStorage& s = *storages_[k];
+  State& st = state_[k];
+  const Tensor& master = st.master.defined() ? st.master : s.shard();
+  for (const auto& r : ranges(k)) {
+    const AdamWStep h{lr, grad_scale, options_.beta1, options_.beta2, options_.eps, r.weight_decay, bias1, bias2};
+    BMT_DISPATCH_FLOAT(s.dtype(), "AdamW", P, {
+      adamw_kernel<P>(s.shard(), master, s.grad_shard(), st.exp_avg, st.exp_avg_sq, r.begin, r.end, h);
+    });
+  }
+}
+
+void AdamW::step_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
+  ShardedStorage& s = *storages_[k];
+  State& st = state_[k];
+  memory::copy_to_host(st.host_grad.data(), s.grad_shard().data(), st.host_grad.size() * sizeof(float));
+  for (const auto& r : ranges(k)) {
+    for (std::int64_t i = r.begin; i < r.end; ++i) {
+      const float gi = st.host_grad[i] * grad_scale;
+      const float mi = options_.beta1 * st.host_m[i] + (1.0f - options_.beta1) * gi;
+      const float vi = options_.beta2 * st.host_v[i] + (1.0f - options_.beta2) * gi * gi;
+      st.host_m[i] = mi;
+      st.host_v[i] = vi;
+      const float update = (mi / bias1) / (std::sqrt(vi / bias2) + options_.eps);
+      st.host_master[i] = st.host_master[i] * (1.0f - lr * r.weight_decay) - lr * update;
+    }
+  }
+  // Write back the compute-dtype shard.
+  copy_into(s.shard(), Tensor::from_floats(st.host_master, s.shard().shape(), DType::f32));
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state_of(const ShardedStorage& s) const {
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    if (storages_[k] != &s) continue;
+    const State& st = state_[k];
+    if (options_.offload) {
+      const Shape shape{s.shard_size()};
+      return {{"master", Tensor::from_floats(st.host_master, shape)},
+              {"exp_avg", Tensor::from_floats(st.host_m, shape)},
+              {"exp_avg_sq", Tensor::from_floats(st.host_v, shape)}};
+    }
+    return {{"master", st.master.defined() ? st.master : s.shard()}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
+  }
+  BMT_REQUIRE(false, "AdamW::state_of: storage '" << s.name() << "' is not updated by this optimizer");
+  return {};
+}
+
+}  // namespace bmt::optim

@@ -1,0 +1,51 @@
+#include "bmtrain/optim/optimizer.hpp"
+
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+
+namespace bmt::optim {
+
+bool decay_matrices(const std::string&, const Shape& shape) { return shape.size() >= 2; }
+
+Optimizer::Optimizer(Module& model) : storages_(sharded_storages(model)) {
+  BMT_REQUIRE(!storages_.empty(), "optimizer: expected a model with initialized parameters, found none "
+                                  "(call bmt::init_parameters(model) before building the optimizer)");
+}
+
+void Optimizer::plan_ranges(float weight_decay, bool (*decay)(const std::string&, const Shape&)) {
+  ranges_.assign(storages_.size(), {});
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    const ShardedStorage& s = *storages_[k];
+    auto& out = ranges_[k];
+    for (const auto& e : s.entries()) {
+      if (!e.trainable) continue;
+      const auto slice = s.local_slice(e);
+      if (slice.count == 0) continue;
+      const float wd = decay(e.name, e.parameter.shape()) ? weight_decay : 0.0f;
+      const std::int64_t begin = slice.shard_offset, end = slice.shard_offset + slice.count;
+      // Merge with the previous range across alignment padding when the decay agrees: padding
+      // holds zeros with zero gradients, which every update leaves at zero.
+      if (!out.empty() && out.back().weight_decay == wd) {
+        out.back().end = end;
+      } else {
+        out.push_back({begin, end, wd});
+      }
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto* s : storages_) s->zero_grad();
+}
+
+void Optimizer::settle() {
+  for (auto* s : storages_) s->settle();
+}
+
+std::vector<Tensor> Optimizer::gradient_shards() const {
+  std::vector<Tensor> out;
+  for (auto* s : storages_) out.push_back(s->grad_shard());
+  return out;
+}
+
+}  // namespace bmt::optim

@@ -1,0 +1,68 @@
+#include "bmtrain/optim/sgd.hpp"
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/common.hpp"
+
+namespace bmt::optim {
+
+namespace {
+
+using namespace kernels;
+
+struct SGDStep {
+  float lr, grad_scale, momentum, weight_decay;
+  bool nesterov;
+};
+
+template <class P>
+void sgd_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& buf, std::int64_t begin,
+                std::int64_t end, SGDStep h) {
+  auto p = view1<P>(param, "SGD");
+  auto w = view1<float>(master, "SGD");
+  auto g = view1<float>(grad, "SGD");
+  auto b = view1<float>(buf, "SGD");
+  Kokkos::parallel_for(
+      "bmt::sgd", Kokkos::RangePolicy<ExecSpace>(space(), begin, end), KOKKOS_LAMBDA(std::int64_t i) {
+        const float gi = g(i) * h.grad_scale;
+        const float bi = h.momentum * b(i) + gi;
+        b(i) = bi;
+        const float d = h.nesterov ? gi + h.momentum * bi : bi;
+        const float wi = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * d;
+        w(i) = wi;
+        p(i) = from_f32<P>(wi);
+      });
+}
+
+}  // namespace
+
+SGD::SGD(Module& model, SGDOptions options) : Optimizer(model), options_(options) {
+  BMT_REQUIRE(options.momentum >= 0, "SGD: expected momentum >= 0, found " << options.momentum);
+  plan_ranges(options.weight_decay, options.decay);
+  for (auto* s : storages_) {
+    master_.push_back(s->dtype() == DType::f32 ? Tensor() : cast(s->shard(), DType::f32));
+    momentum_.push_back(Tensor::zeros({s->shard_size()}, DType::f32));
+  }
+}
+
+void SGD::step(float lr, float grad_scale) {
+  ++steps_;
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    ShardedStorage& s = *storages_[k];
+    s.settle();
+    const Tensor& master = master_[k].defined() ? master_[k] : s.shard();
+    for (const auto& r : ranges(k)) {
+      const SGDStep h{lr, grad_scale, options_.momentum, r.weight_decay, options_.nesterov};
+      BMT_DISPATCH_FLOAT(s.dtype(), "SGD", P,
+                         { sgd_kernel<P>(s.shard(), master, s.grad_shard(), momentum_[k], r.begin, r.end, h); });
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> SGD::state_of(const ShardedStorage& s) const {
+  for (std::size_t k = 0; k < storages_.size(); ++k)
+    if (storages_[k] == &s) return {{"master", master_[k].defined() ? master_[k] : s.shard()}, {"momentum", momentum_[k]}};
+  BMT_REQUIRE(false, "SGD::state_of: storage '" << s.name() << "' is not updated by this optimizer");
+  return {};
+}
+
+}  // namespace bmt::optim

@@ -1,0 +1,150 @@
+// OptimManager: loss scaling and overflow skipping, clipping by the global norm, non-finite
+// handling, gradient accumulation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/optim/optim_manager.hpp"
+#include "bmtrain/optim/sgd.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/transformer_block_list.hpp"
+#include "toy_block.hpp"
+
+namespace {
+
+constexpr std::int64_t kD = 23;
+
+struct Model : bmt::DistributedModule {
+  bmt::TransformerBlockList<toy::Block> blocks;
+  Model() {
+    for (int i = 0; i < 3; ++i) blocks.append(kD);
+    register_module("blocks", blocks);
+  }
+  bmt::Tensor loss(const bmt::Tensor& x) { return bmt::autograd::call<toy::SumAll>({blocks(x, 0.5f)})[0]; }
+};
+
+bmt::Tensor input(int seed) {
+  std::vector<float> x(2 * kD);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.3f * static_cast<float>(i) + static_cast<float>(seed));
+  return bmt::Tensor::from_floats(x, {2, kD});
+}
+
+std::vector<float> all_values(bmt::Module& m) {
+  std::vector<float> out;
+  for (auto* s : bmt::sharded_storages(m)) {
+    bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
+    s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+    for (float v : full.to_host_floats()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<float> all_grads(bmt::Module& m) {
+  std::vector<float> out;
+  for (auto* s : bmt::sharded_storages(m)) {
+    s->settle();
+    bmt::Tensor full = bmt::Tensor::empty({s->total()}, bmt::DType::f32);
+    bmt::context().world_comm().all_gather(s->grad_shard().data(), full.data(),
+                                           static_cast<std::size_t>(s->shard_size()), bmt::DType::f32,
+                                           bmt::context().compute_stream());
+    for (float v : full.to_host_floats()) out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(OptimManager, AccumulationOfTwoHalvesEqualsTheWhole) {
+  Model a, b;
+  bmt::init_parameters(a);
+  bmt::init_parameters(b);
+  bmt::optim::SGD sa(a), sb(b);
+  bmt::optim::ConstantLR lr(0.1f, 0);
+  bmt::optim::OptimManagerOptions two;
+  two.accumulation_steps = 2;
+  bmt::optim::OptimManager whole, halves(two);
+  whole.add_optimizer(sa, &lr);
+  halves.add_optimizer(sb, &lr);
+  // whole: loss(x1) + loss(x2) in one backward; halves: each with factor 1/2, times 2 = same.
+  whole.zero_grad();
+  whole.backward(a.loss(input(1)));
+  whole.backward(a.loss(input(2)));
+  halves.zero_grad();
+  halves.backward(b.loss(input(1)));
+  halves.backward(b.loss(input(2)));
+  const auto ga = all_grads(a), gb = all_grads(b);
+  ASSERT_EQ(ga.size(), gb.size());
+  for (std::size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(gb[i] * 2, ga[i], 1e-5 * (1 + std::fabs(ga[i]))) << i;
+}
+
+TEST(OptimManager, ClipsToTheGlobalNorm) {
+  Model m;
+  bmt::init_parameters(m);
+  bmt::optim::SGD sgd(m, {0.0f});
+  bmt::optim::ConstantLR lr(1.0f, 0);
+  bmt::optim::OptimManagerOptions clip;
+  clip.clip_grad_norm = 0.01f;
+  bmt::optim::OptimManager manager(clip);
+  manager.add_optimizer(sgd, &lr);
+  manager.zero_grad();
+  manager.backward(m.loss(input(bmt::rank())));
+  const auto g = all_grads(m);
+  double sq = 0;
+  for (float v : g) sq += static_cast<double>(v) * v;
+  const auto w0 = all_values(m);
+  ASSERT_TRUE(manager.step());
+  EXPECT_NEAR(manager.last_grad_norm(), std::sqrt(sq), 1e-4 * std::sqrt(sq));
+  // With lr 1 and no momentum the update is the clipped gradient: its norm is the clip value.
+  const auto w1 = all_values(m);
+  double moved = 0;
+  for (std::size_t i = 0; i < w0.size(); ++i) moved += (w1[i] - w0[i]) * (w1[i] - w0[i]);
+  EXPECT_NEAR(std::sqrt(moved), 0.01, 1e-4);
+}
+
+TEST(OptimManager, OverflowSkipsTheStepAndLowersTheScale) {
+  Model m;
+  bmt::init_parameters(m);
+  bmt::optim::SGD sgd(m);
+  bmt::optim::ConstantLR lr(1.0f, 0);
+  bmt::optim::OptimManagerOptions dynamic;
+  dynamic.loss_scale = 1024.0f;
+  dynamic.dynamic_loss_scale = true;
+  dynamic.scale_window = 2;
+  bmt::optim::OptimManager manager(dynamic);
+  manager.add_optimizer(sgd, &lr);
+  const auto w0 = all_values(m);
+  manager.zero_grad();
+  // An infinite input on one rank poisons the averaged gradient on every rank.
+  bmt::Tensor x = input(0);
+  if (bmt::rank() == bmt::world_size() - 1) x = bmt::full({2, kD}, std::numeric_limits<float>::infinity());
+  manager.backward(m.loss(x));
+  EXPECT_FALSE(manager.step());
+  EXPECT_EQ(manager.loss_scale(), 512.0f);
+  EXPECT_EQ(all_values(m), w0);
+  // Two clean steps raise it again.
+  for (int i = 0; i < 2; ++i) {
+    manager.zero_grad();
+    manager.backward(m.loss(input(i)));
+    EXPECT_TRUE(manager.step());
+  }
+  EXPECT_EQ(manager.loss_scale(), 1024.0f);
+  EXPECT_NE(all_values(m), w0);
+}
+
+TEST(OptimManager, NonFiniteWithoutScalingStopsWhenAsked) {
+  Model m;
+  bmt::init_parameters(m);
+  bmt::optim::SGD sgd(m);
+  bmt::optim::ConstantLR lr(1.0f, 0);
+  bmt::optim::OptimManagerOptions stop;
+  stop.stop_on_nonfinite = true;
+  bmt::optim::OptimManager manager(stop);
+  manager.add_optimizer(sgd, &lr);
+  manager.zero_grad();
+  manager.backward(m.loss(bmt::full({2, kD}, std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_THROW(manager.step(), bmt::Error);
+}

@@ -1,0 +1,150 @@
+// AdamW and SGD over sharded storages against a host implementation of the same update, for
+// every world size: the gathered parameters after several steps must match.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/optim/adamw.hpp"
+#include "bmtrain/optim/sgd.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/half.hpp"
+#include "bmtrain/runtime/logging.hpp"
+#include "bmtrain/tensor/allocator.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/transformer_block_list.hpp"
+#include "toy_block.hpp"
+
+namespace {
+
+struct Model : bmt::DistributedModule {
+  bmt::DistributedParameter matrix;
+  bmt::TransformerBlockList<toy::Block> blocks;
+  Model(std::int64_t d, int n, bmt::DType dtype = bmt::DType::f32)
+      : matrix({3, d}, dtype, bmt::init::normal(0.5f)) {
+    register_parameter("matrix", matrix);
+    for (int i = 0; i < n; ++i) blocks.append(d, dtype);
+    register_module("blocks", blocks);
+  }
+};
+
+std::vector<float> gather_all(const bmt::Tensor& shard) {
+  bmt::Tensor full = bmt::Tensor::empty({shard.numel() * bmt::world_size()}, shard.dtype());
+  bmt::context().world_comm().all_gather(shard.data(), full.data(), static_cast<std::size_t>(shard.numel()),
+                                         shard.dtype(), bmt::context().compute_stream());
+  bmt::context().compute_stream().synchronize();
+  return full.to_host_floats();
+}
+
+// Gradient of element i (flat index in a storage) for the synthetic gradients used here: a
+// function of the index and the step, the same on every rank, so the average is the same too.
+float synthetic_grad(std::int64_t i, int step) { return std::sin(0.1f * static_cast<float>(i) + static_cast<float>(step)); }
+
+void set_synthetic_grads(bmt::Module& model, int step) {
+  for (auto* s : bmt::sharded_storages(model)) {
+    std::vector<float> g(static_cast<std::size_t>(s->total()), 0.0f);
+    for (const auto& e : s->entries())
+      for (std::int64_t k = 0; k < e.numel; ++k) g[e.offset + k] = synthetic_grad(e.offset + k, step);
+    s->zero_grad();
+    s->reduce_gradient(bmt::Tensor::from_floats(g, {s->total()}), bmt::context().scatter_comm(),
+                       bmt::context().scatter_stream(), bmt::Event());
+  }
+}
+
+}  // namespace
+
+TEST(AdamW, MatchesHostAdamWOnEveryWorldSize) {
+  for (bool offload : {false, true}) {
+    Model model(41, 2);
+    bmt::init_parameters(model);
+    bmt::optim::AdamWOptions opt;
+    opt.weight_decay = 0.1f;
+    opt.offload = offload;
+    bmt::optim::AdamW adamw(model, opt);
+    // Host reference state per storage, over the gathered flat buffer.
+    struct Ref { std::vector<float> w, m, v; };
+    std::vector<Ref> ref;
+    for (auto* s : adamw.storages()) {
+      const auto w = gather_all(s->shard());
+      ref.push_back({w, std::vector<float>(w.size()), std::vector<float>(w.size())});
+    }
+    const float lr = 0.05f, scale = 0.5f;
+    for (int step = 1; step <= 3; ++step) {
+      set_synthetic_grads(model, step);
+      adamw.step(lr, scale);
+      for (std::size_t k = 0; k < ref.size(); ++k) {
+        auto* s = adamw.storages()[k];
+        for (const auto& e : s->entries()) {
+          const float wd = e.parameter.dim() >= 2 ? 0.1f : 0.0f;
+          for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) {
+            const float g = synthetic_grad(j, step) * scale;
+            auto& r = ref[k];
+            r.m[j] = 0.9f * r.m[j] + 0.1f * g;
+            r.v[j] = 0.999f * r.v[j] + 0.001f * g * g;
+            const float mh = r.m[j] / (1 - std::pow(0.9f, step)), vh = r.v[j] / (1 - std::pow(0.999f, step));
+            r.w[j] = r.w[j] * (1 - lr * wd) - lr * mh / (std::sqrt(vh) + 1e-8f);
+          }
+        }
+        const auto got = gather_all(s->shard());
+        for (const auto& e : s->entries())
+          for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j)
+            ASSERT_NEAR(got[j], ref[k].w[j], 1e-5) << e.name << " step " << step << " offload " << offload;
+      }
+    }
+  }
+}
+
+TEST(SGD, MomentumMatchesHostReference) {
+  Model model(19, 1);
+  bmt::init_parameters(model);
+  bmt::optim::SGD sgd(model, {0.8f, true, 0.0f});
+  auto* s = sgd.storages().front();
+  std::vector<float> w = gather_all(s->shard()), buf(w.size(), 0.0f);
+  for (int step = 1; step <= 3; ++step) {
+    set_synthetic_grads(model, step);
+    sgd.step(0.1f, 1.0f);
+    for (const auto& e : s->entries())
+      for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) {
+        const float g = synthetic_grad(j, step);
+        buf[j] = 0.8f * buf[j] + g;
+        w[j] -= 0.1f * (g + 0.8f * buf[j]);
+      }
+  }
+  const auto got = gather_all(s->shard());
+  for (const auto& e : s->entries())
+    for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) ASSERT_NEAR(got[j], w[j], 1e-5) << e.name;
+}
+
+TEST(AdamW, Bf16ShardIsRoundedFromF32Master) {
+  Model model(33, 1, bmt::DType::bf16);
+  bmt::init_parameters(model);
+  bmt::optim::AdamW adamw(model);
+  set_synthetic_grads(model, 1);
+  adamw.step(0.01f, 1.0f);
+  for (auto* s : adamw.storages()) {
+    if (s->dtype() != bmt::DType::bf16) continue;
+    const auto state = adamw.state_of(*s);
+    const auto master = state[0].second.to_host_floats();
+    const auto shard = s->shard().to_host_floats();
+    for (std::size_t i = 0; i < shard.size(); ++i)
+      ASSERT_EQ(shard[i], bmt::bf16_t::to_float(bmt::bf16_t::from_float(master[i]))) << i;
+  }
+}
+
+TEST(AdamW, ResidentMemoryIsEighteenBytesPerParameterOverN) {
+  // bf16 parameters: 2 (shard) + 4 (f32 gradient) + 4 (master) + 4 + 4 (moments) bytes each, / N.
+  const auto before = bmt::memory_stats().allocated_bytes;
+  std::int64_t params = 0;
+  {
+    Model model(20000, 4, bmt::DType::bf16);
+    bmt::init_parameters(model);
+    bmt::optim::AdamW adamw(model);
+    for (auto* s : adamw.storages()) s->grad_shard();
+    for (auto& [n, p] : model.named_parameters()) params += p.numel();
+    const double resident = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
+    const double expected = 18.0 * static_cast<double>(params) / bmt::world_size();
+    bmt::print_rank("resident optimizer+parameter bytes per rank: ", resident, " for ", params,
+                    " parameters on ", bmt::world_size(), " ranks (18 P / N = ", expected, ")");
+    EXPECT_LT(std::fabs(resident - expected), 0.10 * expected);
+  }
+}
