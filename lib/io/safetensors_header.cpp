@@ -15,6 +15,13 @@ namespace {
 
 using nlohmann::json;
 
+// a * b into `out`; true if it overflows 64 bits (portable: nvcc's front end may lack the builtin).
+bool multiply_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) return true;
+  *out = a * b;
+  return false;
+}
+
 struct DTypeName {
   const char* code;
   std::size_t size;
@@ -82,7 +89,7 @@ TensorEntry parse_entry(const std::string& name, const json& v) {
     BMT_REQUIRE(d <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
                 where << ": shape[" << i << "]: expected at most 2^63-1, found " << d);
     e.shape.push_back(static_cast<std::int64_t>(d));
-    overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+    overflow = overflow || multiply_overflows(numel, d, &numel);
   }
 
   const json& offsets = v.at("data_offsets");
@@ -95,7 +102,7 @@ TensorEntry parse_entry(const std::string& name, const json& v) {
               where << ": data_offsets: expected begin <= end, found [" << e.begin << ", " << e.end << "]");
 
   std::uint64_t bytes = 0;
-  overflow = overflow || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(e.element_size), &bytes);
+  overflow = overflow || multiply_overflows(numel, static_cast<std::uint64_t>(e.element_size), &bytes);
   BMT_REQUIRE(!overflow, where << ": shape " << shape_text(e.shape) << " of " << e.dtype
                                << " has more bytes than 2^64");
   BMT_REQUIRE(bytes == e.end - e.begin,
@@ -252,7 +259,7 @@ SafetensorsHeader SafetensorsHeader::build(const std::vector<TensorSpec>& tensor
     for (auto d : t.shape) {
       BMT_REQUIRE(d >= 0, "safetensors writer: tensor '" << t.name << "': expected a shape of non-negative sizes, found "
                                                          << shape_text(t.shape));
-      BMT_REQUIRE(!__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel),
+      BMT_REQUIRE(!multiply_overflows(numel, static_cast<std::uint64_t>(d), &numel),
                   "safetensors writer: tensor '" << t.name << "': shape " << shape_text(t.shape) << " overflows");
     }
     const std::uint64_t end = offset + numel * dtype_size(t.dtype);

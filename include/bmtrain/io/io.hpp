@@ -1,0 +1,14 @@
+#pragma once
+// The io layer: parallel safetensors files, crash-safe checkpoint directories, training-state JSON,
+// token datasets and their loader. docs/CHECKPOINTS.md describes the on-disk layout.
+#include "bmtrain/io/checkpoint_dir.hpp"
+#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/json_file.hpp"
+#include "bmtrain/io/safetensors_file.hpp"
+#include "bmtrain/io/safetensors_header.hpp"
+#include "bmtrain/io/sequence_source.hpp"
+#include "bmtrain/io/synthetic_markov.hpp"
+#include "bmtrain/io/token_dataset.hpp"
+#include "bmtrain/io/token_loader.hpp"
+#include "bmtrain/io/training_state.hpp"
+#include "bmtrain/io/window_shuffle.hpp"

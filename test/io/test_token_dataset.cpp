@@ -1,0 +1,160 @@
+// Token files: llm.c shards and raw uint16 files, validation of their headers, glob patterns,
+// the sequence windows; and the window shuffle.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <set>
+
+#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/token_dataset.hpp"
+#include "bmtrain/io/window_shuffle.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "io_test_util.hpp"
+
+using bmt::io::TokenDataset;
+using bmt::io::TokenFileFormat;
+using bmt::io::TokenShard;
+using bmt::test::SharedTempDir;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::string llmc_file(const std::vector<std::uint16_t>& tokens, std::int32_t magic = 20240520,
+                      std::int32_t version = 1, std::int64_t count = INT64_MIN) {  // INT64_MIN: the real count
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<std::int32_t>(count == INT64_MIN ? static_cast<std::int64_t>(tokens.size()) : count);
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  return bytes;
+}
+
+std::string raw_file(const std::vector<std::uint16_t>& tokens) {
+  return std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+}
+
+std::vector<std::uint16_t> iota_tokens(std::size_t n, std::uint16_t first) {
+  std::vector<std::uint16_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::uint16_t>(first + i);
+  return t;
+}
+
+std::string error_of(const std::function<void()>& f) { return bmt::io::error_of(f); }
+
+}  // namespace
+
+TEST(TokenShard, ReadsLlmcAndRawFiles) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "a.bin", llmc_file({5, 6, 65535, 0}));
+  bmt::test::write_file(dir / "train.bin", raw_file({9, 8, 7}));
+  TokenShard a(dir / "a.bin");
+  EXPECT_EQ(a.format(), TokenFileFormat::llmc);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0], 5);
+  EXPECT_EQ(a[2], 65535);
+  TokenShard raw(dir / "train.bin");
+  EXPECT_EQ(raw.format(), TokenFileFormat::raw_u16);
+  ASSERT_EQ(raw.size(), 3u);
+  EXPECT_EQ(raw[2], 7);
+  // Forcing the raw format reads an llm.c file's header as tokens.
+  EXPECT_EQ(TokenShard(dir / "a.bin", TokenFileFormat::raw_u16).size(), 512u + 4u);
+  // Moves keep the mapping valid.
+  TokenShard moved = std::move(a);
+  EXPECT_EQ(moved[1], 6);
+}
+
+TEST(TokenShard, TruncatedHeader) {
+  SharedTempDir dir;
+  std::string bytes = llmc_file({1, 2, 3});
+  bmt::test::write_file(dir / "cut.bin", bytes.substr(0, 600));
+  // Detected by its magic, so reported as a truncated llm.c file, not read as raw tokens.
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "cut.bin"); }),
+              HasSubstr("(llm.c format): expected a header of 1024 bytes, found a file of 600 bytes (truncated)"));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "cut.bin", TokenFileFormat::llmc); }), HasSubstr("truncated"));
+}
+
+TEST(TokenShard, BadMagic) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "m.bin", llmc_file({1, 2}, 20240521));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "m.bin", TokenFileFormat::llmc); }),
+              HasSubstr("expected the magic number 20240520 in the first int32, found 20240521"));
+}
+
+TEST(TokenShard, BadVersion) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "v.bin", llmc_file({1, 2}, 20240520, 2));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "v.bin"); }), HasSubstr("expected version 1 (uint16 tokens), found 2"));
+}
+
+TEST(TokenShard, CountBeyondTheFile) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "c.bin", llmc_file(iota_tokens(50, 0), 20240520, 1, 100));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "c.bin"); }),
+              HasSubstr("the header says 100 tokens (200 bytes after the header), but the file has 100 bytes after it "
+                        "(count beyond the file)"));
+  bmt::test::write_file(dir / "d.bin", llmc_file(iota_tokens(50, 0), 20240520, 1, 40));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "d.bin"); }), HasSubstr("(bytes after the last token)"));
+  bmt::test::write_file(dir / "e.bin", llmc_file({}, 20240520, 1, -3));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "e.bin"); }), HasSubstr("expected a positive token count, found -3"));
+}
+
+TEST(TokenShard, RawFileProblems) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "odd.bin", "abc");
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "odd.bin"); }),
+              HasSubstr("(raw uint16): expected an even number of bytes (uint16 tokens), found 3"));
+  bmt::test::write_file(dir / "empty.bin", "");
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "empty.bin"); }), HasSubstr("found an empty file"));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "missing.bin"); }), HasSubstr("cannot open: No such file"));
+}
+
+TEST(TokenDataset, GlobSortsShardsAndWindowsStayInsideShards) {
+  SharedTempDir dir;
+  // Written out of order; c has too few tokens for one window of T=4 (needs 5).
+  bmt::test::write_file(dir / "shard_b.bin", llmc_file(iota_tokens(13, 100)));
+  bmt::test::write_file(dir / "shard_a.bin", llmc_file(iota_tokens(9, 0)));
+  bmt::test::write_file(dir / "shard_c.bin", llmc_file(iota_tokens(4, 200)));
+  bmt::test::write_file(dir / "other.bin", llmc_file(iota_tokens(50, 1000)));
+  TokenDataset data(dir / "shard_*.bin");
+  ASSERT_EQ(data.shard_count(), 3u);
+  EXPECT_EQ(data.shard(0).path(), dir / "shard_a.bin");
+  EXPECT_EQ(data.shard(2).path(), dir / "shard_c.bin");
+  EXPECT_EQ(data.token_count(), 26u);
+  // T = 4: a has (9-1)/4 = 2 windows, b (13-1)/4 = 3, c none.
+  ASSERT_EQ(data.sequence_count(4), 5u);
+  std::vector<std::int32_t> seq(5);
+  const std::vector<std::vector<std::int32_t>> want = {
+      {0, 1, 2, 3, 4}, {4, 5, 6, 7, 8}, {100, 101, 102, 103, 104}, {104, 105, 106, 107, 108}, {108, 109, 110, 111, 112}};
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    data.sequence(i, 4, seq.data());
+    EXPECT_EQ(seq, want[i]) << "window " << i;
+  }
+  EXPECT_THAT(error_of([&] { data.sequence(5, 4, seq.data()); }), HasSubstr("expected a sequence index below 5"));
+  // One path without wildcards is a pattern too.
+  EXPECT_EQ(TokenDataset(dir / "other.bin").shard_count(), 1u);
+  EXPECT_THAT(error_of([&] { TokenDataset d(dir / "nothing_*.bin"); }), HasSubstr("expected files matching"));
+}
+
+TEST(WindowShuffle, IsABijectionThatDependsOnTheKey) {
+  for (std::uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 100ull, 1000ull, 4097ull}) {
+    bmt::io::WindowShuffle a(n, 1), b(n, 2);
+    std::set<std::uint64_t> seen;
+    bool differs = false;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const auto v = a(i);
+      ASSERT_LT(v, n);
+      seen.insert(v);
+      differs = differs || v != b(i);
+      ASSERT_EQ(v, bmt::io::WindowShuffle(n, 1)(i)) << "deterministic";
+    }
+    EXPECT_EQ(seen.size(), n) << "n = " << n;
+    if (n >= 7) EXPECT_TRUE(differs) << "n = " << n;
+  }
+  // Not the identity, and not a rotation.
+  bmt::io::WindowShuffle s(1000, 7);
+  int fixed = 0;
+  for (std::uint64_t i = 0; i < 1000; ++i) fixed += s(i) == i;
+  EXPECT_LT(fixed, 10);
+}
