@@ -119,8 +119,12 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   BMT_REQUIRE(!g_context, "init_distributed: expected one call per process, found a second call "
                           "(call bmt::finalize() first to start again)");
   auto ctx = std::make_unique<Context>();
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
   BMT_MPI_CHECK(MPI_Initialized(&initialized));
+  BMT_MPI_CHECK(MPI_Finalized(&finalized));
+  // MPI reports itself initialized after MPI_Finalize too, and cannot start again.
+  BMT_REQUIRE(!finalized, "init_distributed: expected MPI to be usable, found it already finalized "
+                          "(MPI cannot restart within one process; initialize the runtime once)");
   if (!initialized) {
     int provided = 0;
     BMT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));

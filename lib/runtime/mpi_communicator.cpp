@@ -60,7 +60,7 @@ void divide(void* buf, std::size_t count, DType t, int n) {
   }
 }
 
-// MPI takes int counts; larger messages are split into chunks that fit.
+// MPI takes int counts. A count above this is refused (not split) so that no call ever truncates it.
 constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 
 int checked_count(std::size_t count, const char* what) {
