@@ -1,0 +1,180 @@
+#pragma once
+// The models bmt-train trains, written only with bmtrain's public API, as a user would:
+// GPT-2 (LayerNorm, GELU, learned positions, tied embeddings) and Llama (RMSNorm, SwiGLU, rotary
+// embeddings, untied head). Each block is a plain bmt::Module; the model stacks them in a
+// bmt::TransformerBlockList, so ZeRO-3 shards, gathers and recomputes them.
+#include <bmtrain/bmtrain.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace bmt_train {
+
+struct ModelConfig {
+  std::string arch = "gpt2";  // gpt2 | llama
+  std::int64_t vocab = 50304;
+  std::int64_t max_seq = 1024;
+  std::int64_t layers = 12;
+  std::int64_t heads = 12;
+  std::int64_t dim = 768;
+  std::int64_t ffn = 3072;    // hidden size of the MLP
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  float init_std = 0.02f;
+  float dropout = 0.0f;
+  bmt::DType dtype = bmt::DType::f32;
+
+  std::int64_t head_dim() const { return dim / heads; }
+  // Parameters, counting a tied embedding once.
+  std::int64_t parameter_count() const;
+  // Training FLOPs per token: 6N + 6 L C T (the attention scores and their use).
+  double flops_per_token(std::int64_t seq) const {
+    return 6.0 * static_cast<double>(parameter_count()) + 6.0 * static_cast<double>(layers * dim * seq);
+  }
+  // Throws bmt::Error naming the field that is out of range.
+  void validate() const;
+};
+
+// Presets: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-1b. Throws for other names.
+ModelConfig preset(const std::string& name);
+const std::vector<std::string>& preset_names();
+
+namespace detail {
+inline bmt::init::Fn scaled_normal(const ModelConfig& c) {
+  // GPT-2's residual projections: std / sqrt(2 L) keeps the residual stream's variance flat.
+  return bmt::init::normal(c.init_std / std::sqrt(2.0f * static_cast<float>(c.layers)));
+}
+}  // namespace detail
+
+struct LayerNorm : bmt::Module {
+  bmt::DistributedParameter weight, bias;
+  float eps;
+  LayerNorm(std::int64_t dim, bmt::DType dtype, float eps_)
+      : weight({dim}, dtype, bmt::init::ones()), bias({dim}, dtype, bmt::init::zeros()), eps(eps_) {
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::layer_norm(x, weight.gather(), bias.gather(), eps); }
+};
+
+struct Linear : bmt::Module {
+  bmt::DistributedParameter weight, bias;
+  Linear(std::int64_t in, std::int64_t out, bmt::DType dtype, bmt::init::Fn init, bool with_bias)
+      : weight({out, in}, dtype, std::move(init)) {
+    register_parameter("weight", weight);
+    if (with_bias) {
+      bias = bmt::DistributedParameter({out}, dtype, bmt::init::zeros());
+      register_parameter("bias", bias);
+    }
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) const {
+    return bmt::linear(x, weight.gather(), bias.defined() ? bias.gather() : bmt::Tensor());
+  }
+};
+
+// Pre-norm GPT-2 block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+struct GPT2Block : bmt::Module {
+  ModelConfig c;
+  LayerNorm ln_1, ln_2;
+  Linear c_attn, attn_proj, c_fc, mlp_proj;
+
+  explicit GPT2Block(const ModelConfig& cfg)
+      : c(cfg),
+        ln_1(cfg.dim, cfg.dtype, cfg.norm_eps),
+        ln_2(cfg.dim, cfg.dtype, cfg.norm_eps),
+        c_attn(cfg.dim, 3 * cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), true),
+        attn_proj(cfg.dim, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), true),
+        c_fc(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), true),
+        mlp_proj(cfg.ffn, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), true) {
+    register_module("ln_1", ln_1);
+    register_module("attn", c_attn);  // attn.weight / attn.bias: the fused QKV projection
+    register_module("attn_proj", attn_proj);
+    register_module("ln_2", ln_2);
+    register_module("mlp_fc", c_fc);
+    register_module("mlp_proj", mlp_proj);
+  }
+
+  bmt::Tensor forward(const bmt::Tensor& x) const {
+    const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, D = c.head_dim();
+    auto qkv = bmt::split(c_attn.forward(ln_1.forward(x)), {c.dim, c.dim, c.dim}, -1);
+    bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], {B, T, H, D}), bmt::reshape(qkv[1], {B, T, H, D}),
+                                        bmt::reshape(qkv[2], {B, T, H, D}), true);
+    bmt::Tensor h = bmt::add(x, dropout(attn_proj.forward(bmt::reshape(y, {B, T, c.dim}))));
+    return bmt::add(h, dropout(mlp_proj.forward(bmt::gelu(c_fc.forward(ln_2.forward(h))))));
+  }
+
+  bmt::Tensor dropout(const bmt::Tensor& x) const {
+    if (c.dropout <= 0.0f || !is_training()) return x;
+    return bmt::dropout(x, c.dropout, bmt::random::next_key(), true);
+  }
+};
+
+struct RMSNorm : bmt::Module {
+  bmt::DistributedParameter weight;
+  float eps;
+  RMSNorm(std::int64_t dim, bmt::DType dtype, float eps_) : weight({dim}, dtype, bmt::init::ones()), eps(eps_) {
+    register_parameter("weight", weight);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::rms_norm(x, weight.gather(), eps); }
+};
+
+// Llama block: x + attn(rms(x)) with rotary q/k, then x + W2(silu(W1 x) * W3 x).
+struct LlamaBlock : bmt::Module {
+  ModelConfig c;
+  RMSNorm attn_norm, ffn_norm;
+  Linear wq, wk, wv, wo, w1, w2, w3;
+
+  explicit LlamaBlock(const ModelConfig& cfg)
+      : c(cfg),
+        attn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
+        ffn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
+        wq(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
+        wk(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
+        wv(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
+        wo(cfg.dim, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), false),
+        w1(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), false),
+        w2(cfg.ffn, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), false),
+        w3(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), false) {
+    register_module("attention_norm", attn_norm);
+    register_module("wq", wq);
+    register_module("wk", wk);
+    register_module("wv", wv);
+    register_module("wo", wo);
+    register_module("ffn_norm", ffn_norm);
+    register_module("w1", w1);
+    register_module("w2", w2);
+    register_module("w3", w3);
+  }
+
+  bmt::Tensor forward(const bmt::Tensor& x) const {
+    const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, D = c.head_dim();
+    bmt::Tensor h = attn_norm.forward(x);
+    bmt::Tensor q = bmt::rotary_embedding(bmt::reshape(wq.forward(h), {B, T, H, D}), 0, c.rope_theta);
+    bmt::Tensor k = bmt::rotary_embedding(bmt::reshape(wk.forward(h), {B, T, H, D}), 0, c.rope_theta);
+    bmt::Tensor v = bmt::reshape(wv.forward(h), {B, T, H, D});
+    bmt::Tensor y = bmt::attention_bthd(q, k, v, true);
+    bmt::Tensor r = bmt::add(x, wo.forward(bmt::reshape(y, {B, T, c.dim})));
+    bmt::Tensor f = ffn_norm.forward(r);
+    return bmt::add(r, w2.forward(bmt::swiglu(w1.forward(f), w3.forward(f))));
+  }
+};
+
+// The whole model: embeddings, the block list, final norm and head; forward returns the mean
+// cross-entropy of the next-token targets (ignore_index -100).
+class GPT : public bmt::DistributedModule {
+ public:
+  explicit GPT(const ModelConfig& c, int prefetch_depth = 1, bmt::CheckpointOptions checkpoint = {});
+  bmt::Tensor loss(const bmt::Tensor& tokens, const bmt::Tensor& targets);
+  const ModelConfig& config() const { return c_; }
+
+ private:
+  bmt::Tensor hidden(const bmt::Tensor& tokens);
+  ModelConfig c_;
+  bmt::DistributedParameter wte, wpe, lm_head;
+  bmt::TransformerBlockList<GPT2Block> gpt2_blocks;
+  bmt::TransformerBlockList<LlamaBlock> llama_blocks;
+  std::unique_ptr<LayerNorm> ln_f;
+  std::unique_ptr<RMSNorm> norm;
+};
+
+}  // namespace bmt_train
