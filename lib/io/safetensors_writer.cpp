@@ -99,7 +99,12 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
 SafetensorsWriter::~SafetensorsWriter() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (file_ != MPI_FILE_NULL && !finalized) finish(false);
+  if (file_ == MPI_FILE_NULL || finalized) return;
+  try {
+    finish(false);
+  } catch (...) {
+    // A destructor must not throw; the failure already left the file without a header.
+  }
 }
 
 void SafetensorsWriter::write(const std::string& name, std::uint64_t first, std::uint64_t count, DType dtype,
