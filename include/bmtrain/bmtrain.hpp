@@ -1,6 +1,8 @@
 #pragma once
 // The umbrella header: everything a training program uses.
 #include "bmtrain/autograd/function.hpp"
+#include "bmtrain/io/io.hpp"
+#include "bmtrain/io/model_checkpoint.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/kernels/reduce.hpp"

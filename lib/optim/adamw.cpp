@@ -128,4 +128,29 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state_of(const ShardedStorage
   return {};
 }
 
+void AdamW::load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) {
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    if (storages_[k] != &s) continue;
+    BMT_REQUIRE(values.size() == static_cast<std::size_t>(s.shard_size()),
+                "AdamW::load_state: expected " << s.shard_size() << " values, found " << values.size());
+    State& st = state_[k];
+    if (options_.offload) {
+      std::vector<float>* target = name == "master" ? &st.host_master : name == "exp_avg" ? &st.host_m
+                                 : name == "exp_avg_sq" ? &st.host_v : nullptr;
+      BMT_REQUIRE(target, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
+      *target = values;
+      if (name == "master") copy_into(s.shard(), Tensor::from_floats(values, s.shard().shape(), DType::f32));
+      return;
+    }
+    for (auto& [n, t] : state_of(s)) {
+      if (n != name) continue;
+      copy_into(t, Tensor::from_floats(values, t.shape(), DType::f32));
+      if (name == "master" && st.master.defined()) copy_into(s.shard(), st.master);
+      return;
+    }
+    BMT_REQUIRE(false, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
+  }
+  BMT_REQUIRE(false, "AdamW::load_state: storage '" << s.name() << "' is not updated by this optimizer");
+}
+
 }  // namespace bmt::optim

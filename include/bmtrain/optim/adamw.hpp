@@ -22,6 +22,7 @@ class AdamW final : public Optimizer {
   void step(float lr, float grad_scale) override;
   std::string name() const override { return options_.offload ? "AdamW (offloaded)" : "AdamW"; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
+  void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) override;
   const AdamWOptions& options() const { return options_; }
 
  private:

@@ -26,6 +26,8 @@ class Optimizer {
   // The tensors that make up the optimizer's state for storage `s` (this rank's shards), by
   // name ("master", "exp_avg", ...), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const = 0;
+  // Replaces state tensor `name` of storage `s` with `values` (f32, this rank's shard).
+  virtual void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) = 0;
 
   void zero_grad();
   // Waits for gradient reductions in flight and folds accumulated ones in.

@@ -1,0 +1,60 @@
+#pragma once
+// bmt-train's options: command-line flags, optionally read from a TOML config file
+// (--config run.toml; flags given on the command line win over the file).
+#include <cstdint>
+#include <string>
+
+#include "model.hpp"
+
+namespace bmt_train {
+
+struct TrainOptions {
+  // model
+  std::string model = "tiny";
+  std::int64_t layers = 0, heads = 0, dim = 0, ffn = 0, vocab = 0;  // 0: the preset's
+  std::string dtype = "f32";
+  float dropout = 0.0f;
+  // distribution and memory
+  int zero_level = 3;
+  bool checkpointing = true;  // recompute blocks in backward
+  int prefetch = 1;
+  bool offload = false;
+  // data
+  std::string data = "synthetic";
+  std::string val_data;  // default: held-out synthetic sequences, or none for files
+  std::int64_t batch = 8;        // global sequences per optimizer step
+  std::int64_t micro_batch = 0;  // sequences per rank per forward; 0: the whole local batch
+  std::int64_t seq = 64;
+  std::uint64_t seed = 1;
+  // optimization
+  std::int64_t steps = 50;
+  float lr = 3e-3f;
+  float min_lr = 0.0f;
+  std::string schedule = "cosine";
+  std::int64_t warmup = 5;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f;
+  float grad_clip = 1.0f;
+  float loss_scale = 0.0f;  // 0: 65536 dynamic for f16, 1 otherwise
+  bool stop_on_nonfinite = false;
+  // output and checkpoints
+  std::string metrics;
+  std::string plot;  // default: metrics path with .svg
+  std::int64_t log_every = 1;
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 4;
+  std::string save;
+  std::int64_t save_every = 0;
+  int keep_last = 3;
+  std::string resume;
+  bool progress = false;     // force the progress bar on
+  bool no_progress = false;  // force it off (default: on for an interactive terminal)
+
+  ModelConfig model_config() const;
+};
+
+// Parses argv. On --help, prints the help on rank 0 and returns false with exit_code 0; on bad
+// input throws bmt::Error with a one-line message.
+bool parse_options(int argc, char** argv, TrainOptions& out, int& exit_code);
+
+}  // namespace bmt_train

@@ -1,0 +1,134 @@
+#include "bmtrain/io/model_checkpoint.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/tensor/memory.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+
+namespace bmt {
+
+namespace {
+
+std::vector<char> shard_bytes(const ShardedStorage& s) {
+  std::vector<char> host(s.shard().nbytes());
+  memory::copy_to_host(host.data(), s.shard().data(), host.size());
+  return host;
+}
+
+std::string list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 8) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+}  // namespace
+
+void save(Module& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  const auto storages = sharded_storages(model);
+  std::vector<io::TensorSpec> specs;
+  for (auto* s : storages)
+    for (const auto& e : s->entries()) specs.push_back({e.name, s->dtype(), e.parameter.shape()});
+  io::SafetensorsWriter writer(path, specs, metadata);
+  for (auto* s : storages) {
+    const auto host = shard_bytes(*s);
+    const std::size_t es = dtype_size(s->dtype());
+    for (const auto& e : s->entries()) {
+      const auto slice = s->local_slice(e);
+      if (slice.count)
+        writer.write(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
+                     s->dtype(), host.data() + slice.shard_offset * es);
+    }
+  }
+  writer.close();
+}
+
+LoadReport load(Module& model, const std::string& path, bool strict, io::Rounding rounding) {
+  const auto storages = sharded_storages(model);
+  io::SafetensorsReader reader(path);
+  const auto& header = reader.header();
+  LoadReport report;
+  std::set<std::string> in_model;
+  std::vector<std::string> wrong_shape;
+  for (auto* s : storages)
+    for (const auto& e : s->entries()) {
+      in_model.insert(e.name);
+      const auto* t = header.find(e.name);
+      if (!t) {
+        report.missing.push_back(e.name);
+      } else if (t->shape != e.parameter.shape()) {
+        wrong_shape.push_back(e.name + " (file " + to_string(t->shape) + ", model " + to_string(e.parameter.shape()) + ")");
+      }
+    }
+  for (const auto& t : header.tensors())
+    if (!in_model.count(t.name)) report.unexpected.push_back(t.name);
+  // The header is the same on every rank, so every rank reaches the same verdict.
+  BMT_REQUIRE(wrong_shape.empty(), "load '" << path << "': expected the model's shapes, found " << list(wrong_shape));
+  BMT_REQUIRE(!strict || (report.missing.empty() && report.unexpected.empty()),
+              "load '" << path << "' (strict): expected exactly the model's parameters; missing from the file: ["
+                       << list(report.missing) << "], not in the model: [" << list(report.unexpected) << "]");
+  for (auto* s : storages) {
+    auto host = shard_bytes(*s);
+    const std::size_t es = dtype_size(s->dtype());
+    for (const auto& e : s->entries()) {
+      const auto slice = s->local_slice(e);
+      if (slice.count && header.find(e.name))
+        reader.read(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
+                    s->dtype(), host.data() + slice.shard_offset * es, rounding);
+    }
+    memory::copy_from_host(s->shard().data(), host.data(), host.size());
+  }
+  return report;
+}
+
+namespace io {
+
+void save_optimizer(const optim::Optimizer& optimizer, const std::string& path) {
+  std::vector<TensorSpec> specs;
+  for (auto* s : optimizer.storages())
+    for (const auto& [state, t] : optimizer.state_of(*s))
+      for (const auto& e : s->entries()) specs.push_back({e.name + "." + state, DType::f32, e.parameter.shape()});
+  std::map<std::string, std::string> metadata{{"optimizer", optimizer.name()},
+                                              {"step", std::to_string(optimizer.step_count())}};
+  SafetensorsWriter writer(path, specs, metadata);
+  for (auto* s : optimizer.storages())
+    for (const auto& [state, t] : optimizer.state_of(*s)) {
+      const auto values = t.to_host_floats();
+      for (const auto& e : s->entries()) {
+        const auto slice = s->local_slice(e);
+        if (slice.count)
+          writer.write<float>(e.name + "." + state, static_cast<std::uint64_t>(slice.param_offset),
+                              static_cast<std::uint64_t>(slice.count), values.data() + slice.shard_offset);
+      }
+    }
+  writer.close();
+}
+
+void load_optimizer(optim::Optimizer& optimizer, const std::string& path) {
+  SafetensorsReader reader(path);
+  const auto& header = reader.header();
+  for (auto* s : optimizer.storages())
+    for (const auto& [state, t] : optimizer.state_of(*s)) {
+      std::vector<float> values(static_cast<std::size_t>(s->shard_size()), 0.0f);
+      for (const auto& e : s->entries()) {
+        const std::string name = e.name + "." + state;
+        const auto& entry = header.tensor(name);  // throws naming the missing tensor
+        BMT_REQUIRE(entry.shape == e.parameter.shape(), "load_optimizer '" << path << "': expected " << name << " of shape "
+                                                                           << to_string(e.parameter.shape()) << ", found "
+                                                                           << to_string(entry.shape));
+        const auto slice = s->local_slice(e);
+        if (slice.count)
+          reader.read<float>(name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
+                             values.data() + slice.shard_offset);
+      }
+      optimizer.load_state(*s, state, values);
+    }
+  const auto& meta = header.metadata();
+  if (auto it = meta.find("step"); it != meta.end()) optimizer.set_step_count(std::stoll(it->second));
+}
+
+}  // namespace io
+}  // namespace bmt
