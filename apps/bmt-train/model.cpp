@@ -50,6 +50,7 @@ ModelConfig preset(const std::string& name) {
     gpt2(2, 4, 64);
     c.vocab = 256;
     c.max_seq = 128;
+    c.default_lr = 1e-2f;
   } else if (name == "gpt2-124m") {
     gpt2(12, 12, 768);
   } else if (name == "gpt2-350m") {
@@ -67,6 +68,7 @@ ModelConfig preset(const std::string& name) {
     c.dim = 2048;
     c.ffn = 5632;
     c.norm_eps = 1e-5f;
+    c.default_lr = 3e-4f;
   } else {
     std::string list;
     for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;

@@ -23,6 +23,7 @@ struct ModelConfig {
   float init_std = 0.02f;
   float dropout = 0.0f;
   bmt::DType dtype = bmt::DType::f32;
+  float default_lr = 6e-4f;  // a peak learning rate known to train this size well
 
   std::int64_t head_dim() const { return dim / heads; }
   // Parameters, counting a tied embedding once.

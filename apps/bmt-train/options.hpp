@@ -22,13 +22,13 @@ struct TrainOptions {
   // data
   std::string data = "synthetic";
   std::string val_data;  // default: held-out synthetic sequences, or none for files
-  std::int64_t batch = 8;        // global sequences per optimizer step
+  std::int64_t batch = 16;       // global sequences per optimizer step
   std::int64_t micro_batch = 0;  // sequences per rank per forward; 0: the whole local batch
   std::int64_t seq = 64;
   std::uint64_t seed = 1;
   // optimization
-  std::int64_t steps = 50;
-  float lr = 3e-3f;
+  std::int64_t steps = 200;
+  float lr = 0.0f;  // 0: the preset's default
   float min_lr = 0.0f;
   std::string schedule = "cosine";
   std::int64_t warmup = 5;

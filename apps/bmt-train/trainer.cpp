@@ -206,12 +206,13 @@ int train(const TrainOptions& o) {
   bmt::CheckpointOptions checkpoint;
   checkpoint.use_checkpoint = o.checkpointing;
   checkpoint.zero_level = o.zero_level;
+  const float peak_lr = o.lr > 0 ? o.lr : cfg.default_lr;
   agreed([&] {
     model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint);
     bmt::init_parameters(*model);
     loader.emplace(make_loader(data.train, o, cfg, o.seed));
     if (data.val && o.eval_every > 0) val_loader.emplace(make_loader(data.val, o, cfg, o.seed + 1000003));
-    schedule = bmt::optim::make_scheduler(o.schedule, o.lr, o.warmup, std::max<std::int64_t>(o.steps, o.warmup + 1),
+    schedule = bmt::optim::make_scheduler(o.schedule, peak_lr, o.warmup, std::max<std::int64_t>(o.steps, o.warmup + 1),
                                           o.min_lr);
   });
 
@@ -274,7 +275,7 @@ int train(const TrainOptions& o) {
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", local,
                   " sequences/rank, ", accumulation, " micro-batch", accumulation > 1 ? "es" : "", " of ", micro, ")");
   bmt::print_rank("| data ", o.data, data.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(data.entropy_rate) + ")" : std::string(),
-                  "  steps ", o.steps, "  lr ", o.lr, " ", o.schedule, " warmup ", o.warmup);
+                  "  steps ", o.steps, "  lr ", peak_lr, " ", o.schedule, " warmup ", o.warmup);
   bmt::print_rank("| estimated memory per rank: ", bytes_text(state_bytes), " sharded state + ", bytes_text(buffers),
                   " gather/gradient buffers + activations");
   if (!resumed_from.empty()) bmt::print_rank("| resumed from ", resumed_from, " at step ", start);
