@@ -137,7 +137,8 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   read_topology(ctx->mpi_world_, ctx->topology_);
   if (provided < MPI_THREAD_MULTIPLE && ctx->topology_.rank == 0)
     warn("MPI provides thread level ", provided, " below MPI_THREAD_MULTIPLE; "
-         "communication streams will take turns calling MPI");
+         "communication streams will take turns calling MPI (non-blocking calls, polled); "
+         "call MPI directly only while the streams are idle");
   g_previous_terminate = std::set_terminate(terminate_job);
 
   ctx->topology_.device = choose_device(ctx->topology_, options.device);

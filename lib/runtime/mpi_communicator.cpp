@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "bmtrain/runtime/communicator.hpp"
@@ -69,13 +70,43 @@ int checked_count(std::size_t count, const char* what) {
   return static_cast<int>(count);
 }
 
-// Serializes MPI calls when the library was initialized below MPI_THREAD_MULTIPLE.
-std::unique_lock<std::mutex> mpi_guard() {
-  static std::mutex mutex;
-  int provided = MPI_THREAD_MULTIPLE;
+// Runs one MPI operation to completion on the calling thread (a stream's). With
+// MPI_THREAD_MULTIPLE that is simply the blocking call. Below it, one thread at a time may be inside
+// MPI, and no thread may keep that turn while it waits for peers: rank 0's gather stream could hold
+// it in an all-gather that rank 1 cannot join because rank 1's scatter stream holds rank 1's turn in
+// a reduce-scatter that rank 0's scatter stream cannot join. So there the operation is started
+// non-blocking and polled, taking the turn only for each call into MPI.
+bool mpi_thread_multiple() {
+  int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
-  if (provided == MPI_THREAD_MULTIPLE) return {};
-  return std::unique_lock<std::mutex>(mutex);
+  return provided == MPI_THREAD_MULTIPLE;
+}
+
+std::mutex& mpi_turn() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+template <class Blocking, class Start>
+void run_mpi(bool multiple, Blocking&& blocking, Start&& start) {
+  if (multiple) {
+    blocking();
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> turn(mpi_turn());
+    start(&request);
+  }
+  for (;;) {
+    int done = 0;
+    {
+      std::lock_guard<std::mutex> turn(mpi_turn());
+      BMT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    }
+    if (done) return;
+    std::this_thread::yield();
+  }
 }
 
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
@@ -90,6 +121,7 @@ class MpiCommunicator final : public Communicator {
     BMT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     BMT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     BMT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    multiple_ = mpi_thread_multiple();
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -101,11 +133,12 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const void* send, void* recv, std::size_t count, DType t, Stream& s) override {
     const int n = checked_count(count, "all_gather");
     s.launch([=] {
-      auto lock = mpi_guard();
       const std::size_t bytes = count * dtype_size(t);
       const void* src = send;
       if (send == static_cast<char*>(recv) + rank_ * bytes) src = MPI_IN_PLACE;
-      BMT_MPI_CHECK(MPI_Allgather(src, n, mpi_datatype(t), recv, n, mpi_datatype(t), comm_));
+      const MPI_Datatype dt = mpi_datatype(t);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Allgather(src, n, dt, recv, n, dt, comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Iallgather(src, n, dt, recv, n, dt, comm_, r)); });
     });
   }
 
@@ -113,7 +146,6 @@ class MpiCommunicator final : public Communicator {
                       Stream& s) override {
     const int n = checked_count(count, "reduce_scatter");
     s.launch([=] {
-      auto lock = mpi_guard();
       const std::size_t bytes = count * dtype_size(t);
       std::vector<char> copy;
       const void* src = send;
@@ -121,18 +153,23 @@ class MpiCommunicator final : public Communicator {
         copy.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes * size_);
         src = copy.data();
       }
-      BMT_MPI_CHECK(MPI_Reduce_scatter_block(src, recv, n, mpi_datatype(t), mpi_op(t, op), comm_));
+      const MPI_Datatype dt = mpi_datatype(t);
+      const MPI_Op mop = mpi_op(t, op);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Reduce_scatter_block(src, recv, n, dt, mop, comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Ireduce_scatter_block(src, recv, n, dt, mop, comm_, r)); });
       if (op == ReduceOp::avg) divide(recv, count, t, size_);
     });
   }
 
   void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op,
                   Stream& s) override {
-    checked_count(count, "all_reduce");
+    const int n = checked_count(count, "all_reduce");
     s.launch([=] {
-      auto lock = mpi_guard();
       const void* src = send == recv ? MPI_IN_PLACE : send;
-      BMT_MPI_CHECK(MPI_Allreduce(src, recv, static_cast<int>(count), mpi_datatype(t), mpi_op(t, op), comm_));
+      const MPI_Datatype dt = mpi_datatype(t);
+      const MPI_Op mop = mpi_op(t, op);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Allreduce(src, recv, n, dt, mop, comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Iallreduce(src, recv, n, dt, mop, comm_, r)); });
       if (op == ReduceOp::avg) divide(recv, count, t, size_);
     });
   }
@@ -141,8 +178,9 @@ class MpiCommunicator final : public Communicator {
     check_peer(root, "broadcast root");
     const int n = checked_count(count, "broadcast");
     s.launch([=] {
-      auto lock = mpi_guard();
-      BMT_MPI_CHECK(MPI_Bcast(buf, n, mpi_datatype(t), root, comm_));
+      const MPI_Datatype dt = mpi_datatype(t);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Bcast(buf, n, dt, root, comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Ibcast(buf, n, dt, root, comm_, r)); });
     });
   }
 
@@ -150,8 +188,9 @@ class MpiCommunicator final : public Communicator {
     check_peer(peer, "send peer");
     const int n = checked_count(count, "send");
     s.launch([=] {
-      auto lock = mpi_guard();
-      BMT_MPI_CHECK(MPI_Send(buf, n, mpi_datatype(t), peer, 0, comm_));
+      const MPI_Datatype dt = mpi_datatype(t);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Send(buf, n, dt, peer, 0, comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Isend(buf, n, dt, peer, 0, comm_, r)); });
     });
   }
 
@@ -159,15 +198,16 @@ class MpiCommunicator final : public Communicator {
     check_peer(peer, "recv peer");
     const int n = checked_count(count, "recv");
     s.launch([=] {
-      auto lock = mpi_guard();
-      BMT_MPI_CHECK(MPI_Recv(buf, n, mpi_datatype(t), peer, 0, comm_, MPI_STATUS_IGNORE));
+      const MPI_Datatype dt = mpi_datatype(t);
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Recv(buf, n, dt, peer, 0, comm_, MPI_STATUS_IGNORE)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Irecv(buf, n, dt, peer, 0, comm_, r)); });
     });
   }
 
   void barrier(Stream& s) override {
     s.launch([=] {
-      auto lock = mpi_guard();
-      BMT_MPI_CHECK(MPI_Barrier(comm_));
+      run_mpi(multiple_, [&] { BMT_MPI_CHECK(MPI_Barrier(comm_)); },
+              [&](MPI_Request* r) { BMT_MPI_CHECK(MPI_Ibarrier(comm_, r)); });
     });
   }
 
@@ -177,6 +217,7 @@ class MpiCommunicator final : public Communicator {
                 what << ": expected a rank in [0, " << size_ << "), found " << peer);
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
+  bool multiple_ = true;
 };
 
 }  // namespace

@@ -34,6 +34,8 @@ class Communicator {
   virtual void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op,
                           Stream& s) = 0;
   virtual void broadcast(void* buf, std::size_t count, DType t, int root, Stream& s) = 0;
+  // Point to point. A send holds its stream until the peer receives (as NCCL's does outside a
+  // group), so a ring must order them by rank parity: even ranks send first, odd ranks receive first.
   virtual void send(const void* buf, std::size_t count, DType t, int peer, Stream& s) = 0;
   virtual void recv(void* buf, std::size_t count, DType t, int peer, Stream& s) = 0;
   virtual void barrier(Stream& s) = 0;
