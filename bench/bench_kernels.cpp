@@ -1,0 +1,272 @@
+// GEMM and memory-bound elementwise kernels, each next to the ceiling it should approach.
+//
+//   bench_kernels [--benchmark_filter=...]
+//
+// Counters are rates: TFLOP=x/s and GB=x/s.
+// GEMM: TFLOP/s (2 m n k per product) of bmt::matmul, next to a direct vendor call of the same
+// shape and dtype with no library in between: cblas_sgemm on the host build, cublasLtMatmul on
+// CUDA. The gap is the library's overhead (16-bit widening on the host, plan lookup on CUDA).
+// Elementwise: GB/s of compulsory traffic, next to memory::copy moving the same number of bytes:
+// GELU reads x and writes y, the cast reads 4 and writes 2 bytes per element, add reads two
+// operands and writes one.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/ops/ops.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/tensor/memory.hpp"
+
+#ifdef BMT_ENABLE_CUDA
+#include "bmtrain/runtime/cuda_check.hpp"
+#else
+#include <cblas.h>
+#endif
+
+namespace {
+
+using namespace bmt;
+
+DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : a == 1 ? DType::bf16 : DType::f16; }
+
+void sync() { context().compute_stream().synchronize(); }
+
+Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed) {
+  std::vector<float> v(static_cast<std::size_t>(numel_of(shape)));
+  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  return Tensor::from_floats(v, shape, dtype);
+}
+
+void report_flops(benchmark::State& state, double flops_per_iter, DType dtype) {
+  state.counters["TFLOP"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()) * 1e-12,
+                                                 benchmark::Counter::kIsRate);
+  state.SetLabel(dtype_name(dtype));
+}
+
+void report_bytes(benchmark::State& state, double bytes_per_iter, const char* label) {
+  state.counters["GB"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()) * 1e-9,
+                                              benchmark::Counter::kIsRate);
+  state.SetLabel(label);
+}
+
+// ---- GEMM -------------------------------------------------------------------------------------
+
+// C [m, n] = A [m, k] B [k, n] through the library.
+void BM_Matmul(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const Tensor a = random_tensor({m, k}, dt, 1), b = random_tensor({k, n}, dt, 2);
+  NoGradGuard no_grad;
+  matmul(a, b);  // warm-up: output block cached, plans made
+  for (auto _ : state) {
+    Tensor c = matmul(a, b);
+    benchmark::DoNotOptimize(c.data());
+    sync();
+  }
+  report_flops(state, 2.0 * m * n * k, dt);
+}
+
+// y = x W^T with W [n, k]: the weight read through a transpose flag, as every Linear layer does.
+void BM_LinearForwardBackward(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  const Tensor dy = random_tensor({m, n}, dt, 3);
+  autograd::backward({linear(x, w)}, {dy});  // warm-up
+  x.set_grad(Tensor());
+  w.set_grad(Tensor());
+  for (auto _ : state) {
+    Tensor y = linear(x, w);
+    autograd::backward({y}, {dy});
+    x.set_grad(Tensor());
+    w.set_grad(Tensor());
+    sync();
+  }
+  report_flops(state, 3 * 2.0 * m * n * k, dt);  // forward, dx, dW
+}
+
+#ifdef BMT_ENABLE_CUDA
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// The same product straight through cuBLASLt (row-major C = column-major C^T = B^T A^T), letting
+// cuBLASLt pick the algorithm (null algo).
+void BM_VendorGemm(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const Tensor a = random_tensor({m, k}, dt, 1), b = random_tensor({k, n}, dt, 2), c = Tensor::empty({m, n}, dt);
+  const cudaDataType_t type = cuda_type(dt);
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t lb, la, lc;
+  BMT_CUBLAS_CHECK(cublasLtCreate(&handle));
+  BMT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  BMT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, n, k, n));
+  BMT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, k, m, k));
+  BMT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type, n, m, n));
+  const std::size_t workspace_bytes = std::size_t(32) << 20;
+  void* workspace = nullptr;
+  BMT_CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaStream_t stream = context().compute_stream().native();
+  BMT_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, b.data(), lb, a.data(), la, &beta, c.data(), lc, c.data(), lc,
+                                  nullptr, workspace, workspace_bytes, stream));  // warm-up
+  for (auto _ : state) {
+    BMT_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, b.data(), lb, a.data(), la, &beta, c.data(), lc, c.data(),
+                                    lc, nullptr, workspace, workspace_bytes, stream));
+    sync();
+  }
+  BMT_CUDA_CHECK(cudaFree(workspace));
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
+  report_flops(state, 2.0 * m * n * k, dt);
+}
+#else
+// The same f32 product straight through OpenBLAS.
+void BM_VendorGemm(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  if (state.range(3) != 0) {
+    state.SkipWithError("the host BLAS has f32 only");
+    return;
+  }
+  const Tensor a = random_tensor({m, k}, DType::f32, 1), b = random_tensor({k, n}, DType::f32, 2);
+  const Tensor c = Tensor::zeros({m, n});
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a.data_as<float>(), static_cast<int>(k), b.data_as<float>(),
+                static_cast<int>(n), 0.0f, c.data_as<float>(), static_cast<int>(n));
+    benchmark::DoNotOptimize(c.data());
+  }
+  report_flops(state, 2.0 * m * n * k, DType::f32);
+}
+#endif
+
+// ---- memory-bound -----------------------------------------------------------------------------
+
+// memory::copy of `bytes` bytes: reads and writes them (2 * bytes of traffic).
+void BM_Copy(benchmark::State& state) {
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  const Tensor a = Tensor::zeros({static_cast<std::int64_t>(bytes)}, DType::u8);
+  const Tensor b = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::u8);
+  memory::copy(b.data(), a.data(), bytes);  // warm-up: pages mapped
+  for (auto _ : state) {
+    memory::copy(b.data(), a.data(), bytes);
+    sync();
+  }
+  report_bytes(state, 2.0 * static_cast<double>(bytes), "copy");
+}
+
+void BM_Gelu(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const DType dt = dtype_arg(state.range(1));
+  const Tensor x = random_tensor({n}, dt, 1);
+  NoGradGuard no_grad;
+  gelu(x);  // warm-up
+  for (auto _ : state) {
+    Tensor y = gelu(x);
+    benchmark::DoNotOptimize(y.data());
+    sync();
+  }
+  report_bytes(state, 2.0 * static_cast<double>(x.nbytes()), dtype_name(dt));
+}
+
+void BM_CastF32ToBf16(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const Tensor x = random_tensor({n}, DType::f32, 1);
+  NoGradGuard no_grad;
+  to(x, DType::bf16);  // warm-up
+  for (auto _ : state) {
+    Tensor y = to(x, DType::bf16);
+    benchmark::DoNotOptimize(y.data());
+    sync();
+  }
+  report_bytes(state, 6.0 * static_cast<double>(n), "f32->bf16");
+}
+
+void BM_Add(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const DType dt = dtype_arg(state.range(1));
+  const Tensor a = random_tensor({n}, dt, 1), b = random_tensor({n}, dt, 2);
+  NoGradGuard no_grad;
+  add(a, b);  // warm-up
+  for (auto _ : state) {
+    Tensor c = add(a, b);
+    benchmark::DoNotOptimize(c.data());
+    sync();
+  }
+  report_bytes(state, 3.0 * static_cast<double>(a.nbytes()), dtype_name(dt));
+}
+
+// Square products, and the shapes of a GPT-2 small MLP (4096 tokens, 768 -> 3072).
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  const std::vector<std::int64_t> dtypes = host ? std::vector<std::int64_t>{0, 1} : std::vector<std::int64_t>{0, 1, 2};
+  for (std::int64_t dt : dtypes) {
+    for (std::int64_t s : host ? std::vector<std::int64_t>{256, 1024} : std::vector<std::int64_t>{1024, 4096, 8192})
+      b->Args({s, s, s, dt});
+    b->Args({host ? 512 : 4096, 768, 3072, dt});
+  }
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+void vendor_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  for (std::int64_t dt : host ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 1, 2}) {
+    for (std::int64_t s : host ? std::vector<std::int64_t>{256, 1024} : std::vector<std::int64_t>{1024, 4096, 8192})
+      b->Args({s, s, s, dt});
+    b->Args({host ? 512 : 4096, 768, 3072, dt});
+  }
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+void linear_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  for (std::int64_t dt : {0, 1}) b->Args({host ? 512 : 4096, 768, 3072, dt});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+// Elements per tensor: 4 MiB and 64 MiB of f32.
+void element_counts(benchmark::internal::Benchmark* b) {
+  for (std::int64_t dt : {0, 1})
+    for (std::int64_t n : {std::int64_t(1) << 20, std::int64_t(1) << 24}) b->Args({n, dt});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+// Copies with each kernel's traffic (copy moves 2x its bytes): GELU 2n bf16 / 4n f32, cast 3n,
+// add 3n bf16 / 6n f32 bytes.
+void copy_bytes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t n : {std::int64_t(1) << 20, std::int64_t(1) << 24})
+    for (std::int64_t per_element : {2, 3, 4, 6}) b->Arg(n * per_element);
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(BM_Matmul)->Apply(gemm_shapes);
+BENCHMARK(BM_VendorGemm)->Apply(vendor_shapes);
+BENCHMARK(BM_LinearForwardBackward)->Apply(linear_shapes);
+BENCHMARK(BM_Copy)->Apply(copy_bytes);
+BENCHMARK(BM_Gelu)->Apply(element_counts);
+BENCHMARK(BM_CastF32ToBf16)->Arg(std::int64_t(1) << 20)->Arg(std::int64_t(1) << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Add)->Apply(element_counts);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  bmt::DistributedGuard runtime(&argc, &argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
