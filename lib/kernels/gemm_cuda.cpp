@@ -20,6 +20,7 @@ namespace bmt::kernels {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // what cuBLAS suggests for Hopper
+constexpr std::size_t kMaxPlans = 4096;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -120,7 +121,10 @@ class LtSession {
 
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
+    if (it == plans_.end()) {
+      if (plans_.size() >= kMaxPlans) plans_.clear();  // many distinct shapes: start over
+      it = plans_.emplace(key, make_plan(key)).first;
+    }
     Plan& plan = *it->second;
     if (p.bias)
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
