@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 baseline for the side-by-side benchmark: the same GPT-2 shapes bmt-train trains.
+
+fully_shard on every block and on the root, MixedPrecisionPolicy(bf16 params, fp32 reduce),
+per-block activation checkpointing, fused AdamW, F.scaled_dot_product_attention.
+Run: python3 -m torch.distributed.run --nproc_per_node=N fsdp2_gpt.py --model gpt2-1.5b --batch 16
+Prints one JSON line on rank 0: tokens/s per GPU, MFU (989 TFLOP/s, 6N + 6LCT FLOPs/token), peak memory.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+PRESETS = {  # layers, heads, dim (vocab 50304, seq 1024), as in bmt-train
+    "gpt2-124m": (12, 12, 768),
+    "gpt2-350m": (24, 16, 1024),
+    "gpt2-774m": (36, 20, 1280),
+    "gpt2-1.5b": (48, 25, 1600),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn = nn.Linear(dim, 3 * dim)
+        self.attn_proj = nn.Linear(dim, dim)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp_fc = nn.Linear(dim, 4 * dim)
+        self.mlp_proj = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+        x = x + self.attn_proj(y)
+        return x + self.mlp_proj(F.gelu(self.mlp_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, heads, dim, vocab, seq):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(dim)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2-1.5b", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=16, help="sequences per GPU")
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--no-checkpoint", action="store_true")
+    args = ap.parse_args()
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    torch.manual_seed(0)
+    layers, heads, dim = PRESETS[args.model]
+    vocab = 50304
+    with torch.device("cuda"):
+        model = GPT(layers, heads, dim, vocab, args.seq)
+    n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
+    if not args.no_checkpoint:
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = checkpoint_wrapper(blk)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for blk in model.blocks:
+        fully_shard(blk, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+
+    gen = torch.Generator(device="cuda").manual_seed(rank)
+    tokens = torch.randint(0, vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
+    x, y = tokens[:, :-1], tokens[:, 1:].contiguous()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    step_s = sorted(times)[len(times) // 2]
+    tok_per_gpu = args.batch * args.seq / step_s
+    flops_per_token = 6 * n_params + 6 * layers * dim * args.seq
+    result = {
+        "system": "pytorch-fsdp2",
+        "model": args.model,
+        "gpus": world,
+        "batch_per_gpu": args.batch,
+        "seq": args.seq,
+        "params": n_params,
+        "step_ms": step_s * 1e3,
+        "tokens_per_s_per_gpu": tok_per_gpu,
+        "mfu": tok_per_gpu * flops_per_token / 989e12,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "loss": float(loss.detach()),
+    }
+    if rank == 0:
+        print(json.dumps(result), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
