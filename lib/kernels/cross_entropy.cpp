@@ -93,10 +93,13 @@ void backward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t i
         const float n = countp[0];
         const float scale = counted && n > 0.0f ? gp[0] / n : 0.0f;
         const float l = lsep[r];
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](std::int64_t j) {
-          const float p = kmath::exp(to_f32(xr[j]) - l);
-          dxr[j] = from_f32<T>(scale * (j == t ? p - 1.0f : p));
-        });
+        team_map(
+            team, V, [&](std::int64_t j) { return scale * kmath::exp(to_f32(xr[j]) - l); },
+            [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
+        // The one-hot term, once per row, after the whole row is written.
+        team.team_barrier();
+        if (counted)
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { dxr[t] = from_f32<T>(scale * (kmath::exp(to_f32(xr[t]) - l) - 1.0f)); });
       });
 }
 

@@ -62,12 +62,14 @@ void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
                             return d * d;
                           }) * inv_c;
         const float rs = kmath::rsqrt(var + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-          float v = (to_f32(xr[j]) - mu) * rs;
-          if (wp) v *= to_f32(wp[j]);
-          if (bp) v += to_f32(bp[j]);
-          yr[j] = from_f32<T>(v);
-        });
+        auto store = [&](std::int64_t j, float v) { yr[j] = from_f32<T>(v); };
+        if (wp && bp) {
+          team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs * to_f32(wp[j]) + to_f32(bp[j]); }, store);
+        } else if (wp) {
+          team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs * to_f32(wp[j]); }, store);
+        } else {
+          team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs + (bp ? to_f32(bp[j]) : 0.0f); }, store);
+        }
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           if (meanp) meanp[r] = mu;
           rstdp[r] = rs;
@@ -97,13 +99,20 @@ void norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& weight
         T* dxr = dxp + r * C;
         const float mu = kCentered ? meanp[r] : 0.0f;
         const float rs = rstdp[r];
-        auto g = [&](std::int64_t j) { return wp ? to_f32(dyr[j]) * to_f32(wp[j]) : to_f32(dyr[j]); };
-        const float mean_g = kCentered ? team_sum(team, C, g) * inv_c : 0.0f;
-        const float mean_gx = team_sum(team, C, [&](std::int64_t j) { return g(j) * (to_f32(xr[j]) - mu) * rs; }) * inv_c;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-          const float xhat = (to_f32(xr[j]) - mu) * rs;
-          dxr[j] = from_f32<T>(rs * (g(j) - mean_g - xhat * mean_gx));
-        });
+        auto row = [&](auto g) {
+          const float mean_g = kCentered ? team_sum(team, C, g) * inv_c : 0.0f;
+          const float mean_gx =
+              team_sum(team, C, [&](std::int64_t j) { return g(j) * (to_f32(xr[j]) - mu) * rs; }) * inv_c;
+          team_map(
+              team, C,
+              [&](std::int64_t j) { return rs * (g(j) - mean_g - (to_f32(xr[j]) - mu) * rs * mean_gx); },
+              [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
+        };
+        if (wp) {
+          row([&](std::int64_t j) { return to_f32(dyr[j]) * to_f32(wp[j]); });
+        } else {
+          row([&](std::int64_t j) { return to_f32(dyr[j]); });
+        }
       });
 }
 
@@ -141,29 +150,26 @@ void norm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& mean,
         const std::int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
         float* aw = pw + c * C;
         float* ab = pb + c * C;
-        // Each thread owns the same columns in every row, so the row loop needs no barrier.
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-          aw[j] = 0.0f;
-          ab[j] = 0.0f;
-        });
+        // Each thread owns the same columns in every row (team_map splits every row the same way),
+        // so the row loop needs no barrier.
+        team_map(
+            team, C, [&](std::int64_t) { return 0.0f; },
+            [&](std::int64_t j, float v) {
+              aw[j] = v;
+              ab[j] = v;
+            });
         for (std::int64_t r = r0; r < r1; ++r) {
           const T* xr = xp + r * C;
           const T* dyr = dyp + r * C;
           const float mu = kCentered ? meanp[r] : 0.0f;
           const float rs = rstdp[r];
-          if (want_w && want_b) {
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-              const float g = to_f32(dyr[j]);
-              aw[j] += g * (to_f32(xr[j]) - mu) * rs;
-              ab[j] += g;
-            });
-          } else if (want_w) {
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-              aw[j] += to_f32(dyr[j]) * (to_f32(xr[j]) - mu) * rs;
-            });
-          } else {
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) { ab[j] += to_f32(dyr[j]); });
-          }
+          if (want_w)
+            team_map(
+                team, C, [&](std::int64_t j) { return aw[j] + to_f32(dyr[j]) * (to_f32(xr[j]) - mu) * rs; },
+                [&](std::int64_t j, float v) { aw[j] = v; });
+          if (want_b)
+            team_map(
+                team, C, [&](std::int64_t j) { return ab[j] + to_f32(dyr[j]); }, [&](std::int64_t j, float v) { ab[j] = v; });
         }
       });
   T* dwp = want_w ? view1<T>(dweight, op).data() : nullptr;

@@ -21,8 +21,9 @@ void forward_kernel(const Tensor& x, const Tensor& y, std::int64_t rows, std::in
         const float m = team_max(team, C, [&](std::int64_t j) { return to_f32(xr[j]); });
         const float sum = team_sum(team, C, [&](std::int64_t j) { return kmath::exp(to_f32(xr[j]) - m); });
         const float inv = 1.0f / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                             [&](std::int64_t j) { yr[j] = from_f32<T>(kmath::exp(to_f32(xr[j]) - m) * inv); });
+        team_map(
+            team, C, [&](std::int64_t j) { return kmath::exp(to_f32(xr[j]) - m) * inv; },
+            [&](std::int64_t j, float v) { yr[j] = from_f32<T>(v); });
       });
 }
 
@@ -38,9 +39,9 @@ void backward_kernel(const Tensor& y, const Tensor& dy, const Tensor& dx, std::i
         const T* dyr = dyp + r * C;
         T* dxr = dxp + r * C;
         const float dot = team_sum(team, C, [&](std::int64_t j) { return to_f32(dyr[j]) * to_f32(yr[j]); });
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](std::int64_t j) {
-          dxr[j] = from_f32<T>(to_f32(yr[j]) * (to_f32(dyr[j]) - dot));
-        });
+        team_map(
+            team, C, [&](std::int64_t j) { return to_f32(yr[j]) * (to_f32(dyr[j]) - dot); },
+            [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
       });
 }
 

@@ -7,9 +7,10 @@
 //   Tensor o = bmt::attention_bthd(q, k, v);   // [B, T, H, D] -> [B, T, H, D] (= [B, T, C] by view)
 //
 // Two layouts, one kernel: the kernel reads q, k, v through their strides (unit stride along D
-// needed; other inputs are copied once). attention_bthd takes q, k, v in the layout a QKV
-// projection produces (views of one fused [B, T, 3, H, D] output work without copies) and writes
-// its output in that layout too, so the output projection follows with no transpose copy.
+// needed; other inputs are copied once), so attention_bthd takes q, k, v in the layout a QKV
+// projection produces, [B, T, H, D], with no transpose copy (strided views, e.g. of one fused
+// [B, T, 3, H, D] projection, are read in place), and writes its output in that layout too, so the
+// output projection follows with a reshape to [B, T, H * D] and no copy.
 // k and v may have a different length Tk from q's Tq; causal masking then aligns the last query
 // with the last key (query i sees keys j <= i + Tk - Tq) and needs Tq <= Tk.
 // scale defaults to 1 / sqrt(D). q, k, v share one floating dtype; statistics are f32.
