@@ -2,6 +2,8 @@
 // multi-tensor inf/nan and L2-norm checks. Accumulation is f32 for every storage type.
 #include "bmtrain/kernels/reduce.hpp"
 
+#include <algorithm>
+
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/math.hpp"
 #include "bmtrain/tensor/memory.hpp"
@@ -32,6 +34,10 @@ struct Split3 {
   }
 };
 
+// Column sums: below this many output columns, long columns are split into chunks of rows.
+constexpr std::int64_t kParallelColumns = 1 << 15;
+constexpr std::int64_t kChunkRows = 256;
+
 // out[o, i] = scale * sum_j x[o, j, i] (out in f32 or T).
 template <class T, class O>
 void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
@@ -49,13 +55,38 @@ void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
                          });
     return;
   }
-  // Columns: one thread per output element; neighbouring threads read neighbouring elements.
-  Kokkos::parallel_for("bmt::sum_columns", flat_range(s.outer * inner), KOKKOS_LAMBDA(std::int64_t idx) {
-    const std::int64_t o = idx / inner, i = idx % inner;
+  // Columns: one thread per output element; neighbouring threads read neighbouring elements. Few
+  // long columns (a bias gradient: [tokens, features] summed over tokens) would leave a GPU mostly
+  // idle, so the rows are cut into chunks summed in parallel into f32 partials, then added up.
+  const std::int64_t cols = s.outer * inner;
+  const std::int64_t chunks = cols >= kParallelColumns || n < 2 * kChunkRows
+                                  ? 1
+                                  : std::min<std::int64_t>(n / kChunkRows, kParallelColumns / cols + 1);
+  if (chunks == 1) {
+    Kokkos::parallel_for("bmt::sum_columns", flat_range(cols), KOKKOS_LAMBDA(std::int64_t idx) {
+      const std::int64_t o = idx / inner, i = idx % inner;
+      const T* base = x + o * n * inner + i;
+      float acc = 0.0f;
+      for (std::int64_t j = 0; j < n; ++j) acc += to_f32(base[j * inner]);
+      out[idx] = from_f32<O>(scale * acc);
+    });
+    return;
+  }
+  const Tensor partial = Tensor::empty({chunks, cols}, DType::f32);
+  float* p = partial.data_as<float>();
+  const std::int64_t rows_per_chunk = (n + chunks - 1) / chunks;
+  Kokkos::parallel_for("bmt::sum_column_chunks", flat_range(chunks * cols), KOKKOS_LAMBDA(std::int64_t idx) {
+    const std::int64_t c = idx / cols, col = idx % cols, o = col / inner, i = col % inner;
+    const std::int64_t begin = c * rows_per_chunk, end = begin + rows_per_chunk < n ? begin + rows_per_chunk : n;
     const T* base = x + o * n * inner + i;
     float acc = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) acc += to_f32(base[j * inner]);
-    out[idx] = from_f32<O>(scale * acc);
+    for (std::int64_t j = begin; j < end; ++j) acc += to_f32(base[j * inner]);
+    p[idx] = acc;
+  });
+  Kokkos::parallel_for("bmt::sum_column_partials", flat_range(cols), KOKKOS_LAMBDA(std::int64_t col) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < chunks; ++c) acc += p[c * cols + col];
+    out[col] = from_f32<O>(scale * acc);
   });
 }
 

@@ -70,6 +70,33 @@ TEST(Reduce, SumAndMeanOverEachDimension) {
   }
 }
 
+// Long columns (a bias gradient's shape) are summed in chunks of rows: odd lengths, several outer
+// blocks, and the gradient flowing back.
+TEST(Reduce, LongColumnSums) {
+  for (const Shape& shape : std::vector<Shape>{{1000, 3}, {2, 777, 5}, {513, 1}, {4099, 17}}) {
+    const auto v = random_floats(static_cast<std::size_t>(numel_of(shape)), 4);
+    const std::int64_t outer = shape.size() == 3 ? shape[0] : 1, n = shape[shape.size() - 2], inner = shape.back();
+    std::vector<double> ref(static_cast<std::size_t>(outer * inner), 0.0);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < n; ++j)
+        for (std::int64_t i = 0; i < inner; ++i) ref[o * inner + i] += v[(o * n + j) * inner + i];
+    const std::int64_t dim = static_cast<std::int64_t>(shape.size()) - 2;
+    expect_near_all(sum(Tensor::from_floats(v, shape), dim).to_host_floats(), ref, 1e-4, 1e-5,
+                    "sum over dim " + std::to_string(dim) + " of " + to_string(shape));
+    const Tensor h = Tensor::from_floats(v, shape, DType::bf16);
+    const auto hv = h.to_host_floats();
+    std::vector<double> href(ref.size(), 0.0);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < n; ++j)
+        for (std::int64_t i = 0; i < inner; ++i) href[o * inner + i] += hv[(o * n + j) * inner + i];
+    expect_near_all(sum(h, dim).to_host_floats(), href, 1e-3, testing::roundoff(DType::bf16),
+                    "bf16 sum over dim " + std::to_string(dim) + " of " + to_string(shape));
+  }
+  Tensor bias = random_tensor({7}, 5).set_requires_grad(true);
+  sum(add(Tensor::zeros({600, 7}), bias)).backward();
+  for (float g : bias.grad().to_host_floats()) EXPECT_EQ(g, 600.0f);
+}
+
 TEST(Reduce, SixteenBitDataAccumulatesInF32) {
   // 4096 ones: a bf16 running sum would stall at 256, an f16 one at 2048.
   for (DType dt : {DType::bf16, DType::f16}) {
