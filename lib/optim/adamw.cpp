@@ -113,44 +113,26 @@ void AdamW::step_host(std::size_t k, float lr, float grad_scale, float bias1, fl
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_of(const ShardedStorage& s) const {
-  for (std::size_t k = 0; k < storages_.size(); ++k) {
-    if (storages_[k] != &s) continue;
-    const State& st = state_[k];
-    if (options_.offload) {
-      const Shape shape{s.shard_size()};
-      return {{"master", Tensor::from_floats(st.host_master, shape)},
-              {"exp_avg", Tensor::from_floats(st.host_m, shape)},
-              {"exp_avg_sq", Tensor::from_floats(st.host_v, shape)}};
-    }
-    return {{"master", st.master.defined() ? st.master : s.shard()}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
+  const State& st = state_[index_of(s)];
+  if (options_.offload) {  // copies of the host state
+    const Shape shape{s.shard_size()};
+    return {{"master", Tensor::from_floats(st.host_master, shape)},
+            {"exp_avg", Tensor::from_floats(st.host_m, shape)},
+            {"exp_avg_sq", Tensor::from_floats(st.host_v, shape)}};
   }
-  BMT_REQUIRE(false, "AdamW::state_of: storage '" << s.name() << "' is not updated by this optimizer");
-  return {};
+  return {{"master", st.master.defined() ? st.master : s.shard()}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
 }
 
 void AdamW::load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) {
-  for (std::size_t k = 0; k < storages_.size(); ++k) {
-    if (storages_[k] != &s) continue;
-    BMT_REQUIRE(values.size() == static_cast<std::size_t>(s.shard_size()),
-                "AdamW::load_state: expected " << s.shard_size() << " values, found " << values.size());
-    State& st = state_[k];
-    if (options_.offload) {
-      std::vector<float>* target = name == "master" ? &st.host_master : name == "exp_avg" ? &st.host_m
-                                 : name == "exp_avg_sq" ? &st.host_v : nullptr;
-      BMT_REQUIRE(target, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
-      *target = values;
-      if (name == "master") copy_into(s.shard(), Tensor::from_floats(values, s.shard().shape(), DType::f32));
-      return;
-    }
-    for (auto& [n, t] : state_of(s)) {
-      if (n != name) continue;
-      copy_into(t, Tensor::from_floats(values, t.shape(), DType::f32));
-      if (name == "master" && st.master.defined()) copy_into(s.shard(), st.master);
-      return;
-    }
-    BMT_REQUIRE(false, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
-  }
-  BMT_REQUIRE(false, "AdamW::load_state: storage '" << s.name() << "' is not updated by this optimizer");
+  if (!options_.offload) return Optimizer::load_state(s, name, values);
+  State& st = state_[index_of(s)];
+  BMT_REQUIRE(values.size() == static_cast<std::size_t>(s.shard_size()),
+              "AdamW::load_state: expected " << s.shard_size() << " values, found " << values.size());
+  std::vector<float>* target = name == "master" ? &st.host_master : name == "exp_avg" ? &st.host_m
+                             : name == "exp_avg_sq" ? &st.host_v : nullptr;
+  BMT_REQUIRE(target, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
+  *target = values;
+  if (name == "master") copy_into(s.shard(), Tensor::from_floats(values, s.shard().shape(), DType::f32));
 }
 
 }  // namespace bmt::optim

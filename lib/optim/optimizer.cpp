@@ -1,5 +1,6 @@
 #include "bmtrain/optim/optimizer.hpp"
 
+#include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 
@@ -32,6 +33,29 @@ void Optimizer::plan_ranges(float weight_decay, bool (*decay)(const std::string&
       }
     }
   }
+}
+
+std::size_t Optimizer::index_of(const ShardedStorage& s) const {
+  for (std::size_t k = 0; k < storages_.size(); ++k)
+    if (storages_[k] == &s) return k;
+  BMT_REQUIRE(false, name() << ": storage '" << s.name() << "' is not updated by this optimizer");
+  return 0;
+}
+
+void Optimizer::load_state(const ShardedStorage& s, const std::string& state, const std::vector<float>& values) {
+  index_of(s);
+  BMT_REQUIRE(values.size() == static_cast<std::size_t>(s.shard_size()),
+              name() << "::load_state: expected " << s.shard_size() << " values for '" << s.name() << "', found "
+                     << values.size());
+  std::string known;
+  for (auto& [n, t] : state_of(s)) {
+    known += (known.empty() ? "" : ", ") + n;
+    if (n != state) continue;
+    copy_into(t, Tensor::from_floats(values, t.shape(), DType::f32));
+    if (state == "master" && !t.is_same(s.shard())) copy_into(s.shard(), t);
+    return;
+  }
+  BMT_REQUIRE(false, name() << "::load_state: unknown state '" << state << "': expected one of " << known);
 }
 
 void Optimizer::zero_grad() {

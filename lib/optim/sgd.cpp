@@ -59,26 +59,8 @@ void SGD::step(float lr, float grad_scale) {
 }
 
 std::vector<std::pair<std::string, Tensor>> SGD::state_of(const ShardedStorage& s) const {
-  for (std::size_t k = 0; k < storages_.size(); ++k)
-    if (storages_[k] == &s) return {{"master", master_[k].defined() ? master_[k] : s.shard()}, {"momentum", momentum_[k]}};
-  BMT_REQUIRE(false, "SGD::state_of: storage '" << s.name() << "' is not updated by this optimizer");
-  return {};
-}
-
-void SGD::load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) {
-  for (std::size_t k = 0; k < storages_.size(); ++k) {
-    if (storages_[k] != &s) continue;
-    BMT_REQUIRE(values.size() == static_cast<std::size_t>(s.shard_size()),
-                "SGD::load_state: expected " << s.shard_size() << " values, found " << values.size());
-    for (auto& [n, t] : state_of(s)) {
-      if (n != name) continue;
-      copy_into(t, Tensor::from_floats(values, t.shape(), DType::f32));
-      if (name == "master" && master_[k].defined()) copy_into(s.shard(), master_[k]);
-      return;
-    }
-    BMT_REQUIRE(false, "SGD::load_state: unknown state '" << name << "': expected master or momentum");
-  }
-  BMT_REQUIRE(false, "SGD::load_state: storage '" << s.name() << "' is not updated by this optimizer");
+  const std::size_t k = index_of(s);
+  return {{"master", master_[k].defined() ? master_[k] : s.shard()}, {"momentum", momentum_[k]}};
 }
 
 }  // namespace bmt::optim

@@ -32,16 +32,6 @@ namespace bmt::io {
 // conversions (bf16/f16 -> f32, integer widening) and identity are always allowed.
 enum class Rounding { forbid, allow };
 
-namespace detail {
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<bf16_t>() { return DType::bf16; }
-template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<std::uint16_t>() { return DType::u16; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
-}  // namespace detail
 
 class SafetensorsWriter {
  public:
@@ -68,7 +58,7 @@ class SafetensorsWriter {
   template <class T>
   void write(const std::string& name, std::uint64_t first, std::uint64_t count, const T* data,
              Rounding rounding = Rounding::forbid) {
-    write(name, first, count, detail::dtype_of<T>(), data, rounding);
+    write(name, first, count, bmt::dtype_of<T>(), data, rounding);
   }
 
   // Collective: checks that the ranks together wrote every byte of every tensor, writes the header
@@ -107,7 +97,7 @@ class SafetensorsReader {
   template <class T>
   void read(const std::string& name, std::uint64_t first, std::uint64_t count, T* out,
             Rounding rounding = Rounding::forbid) const {
-    read(name, first, count, detail::dtype_of<T>(), out, rounding);
+    read(name, first, count, bmt::dtype_of<T>(), out, rounding);
   }
 
  private:

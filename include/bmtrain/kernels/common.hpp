@@ -22,15 +22,6 @@ inline ExecSpace space() {
   return is_initialized() ? context().compute_stream().space() : ExecSpace();
 }
 
-template <class T>
-constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<bf16_t>() { return DType::bf16; }
-template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<std::uint16_t>() { return DType::u16; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 // A flat view over a contiguous tensor whose element type is T.
 template <class T>

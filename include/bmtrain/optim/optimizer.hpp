@@ -26,8 +26,9 @@ class Optimizer {
   // The tensors that make up the optimizer's state for storage `s` (this rank's shards), by
   // name ("master", "exp_avg", ...), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const = 0;
-  // Replaces state tensor `name` of storage `s` with `values` (f32, this rank's shard).
-  virtual void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) = 0;
+  // Replaces state tensor `name` of storage `s` with `values` (f32, this rank's shard); loading
+  // "master" also rewrites the compute-dtype parameter shard from it.
+  virtual void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values);
 
   void zero_grad();
   // Waits for gradient reductions in flight and folds accumulated ones in.
@@ -45,6 +46,8 @@ class Optimizer {
   const std::vector<Range>& ranges(std::size_t storage) const { return ranges_[storage]; }
 
  protected:
+  // Index of `s` in storages(); throws if this optimizer does not update it.
+  std::size_t index_of(const ShardedStorage& s) const;
   // Splits each shard into ranges of trainable parameters; decay(name, shape) says whether a
   // parameter gets weight decay.
   void plan_ranges(float weight_decay, bool (*decay)(const std::string&, const Shape&));

@@ -17,7 +17,6 @@ class SGD final : public Optimizer {
   void step(float lr, float grad_scale) override;
   std::string name() const override { return "SGD"; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
-  void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) override;
 
  private:
   SGDOptions options_;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "bmtrain/runtime/dtype.hpp"
+
 namespace bmt {
 
 namespace detail {
@@ -74,5 +76,16 @@ struct f16_t {
 };
 
 static_assert(sizeof(bf16_t) == 2 && sizeof(f16_t) == 2, "16-bit storage types must be 2 bytes");
+
+// The DType of a C++ element type.
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<bf16_t>() { return DType::bf16; }
+template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<std::uint16_t>() { return DType::u16; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 }  // namespace bmt
