@@ -39,7 +39,8 @@ HeadRows<T> head_rows(const Tensor& t, DType dtype, const Shape& shape, const ch
   BMT_REQUIRE(t.dtype() == dtype, op << ": expected " << what << " of dtype " << dtype_name(dtype) << ", found "
                                      << dtype_name(t.dtype()));
   BMT_REQUIRE(shape[3] <= 1 || t.strides()[3] == 1,
-              op << ": expected " << what << " with unit stride along the head dimension, found stride " << t.strides()[3]);
+              op << ": expected " << what << " with unit stride along the head dimension, found stride "
+                 << t.strides()[3]);
   HeadRows<T> r;
   r.data = static_cast<T*>(t.data());
   r.sb = t.strides()[0];

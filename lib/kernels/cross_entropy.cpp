@@ -99,7 +99,8 @@ void backward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t i
         // The one-hot term, once per row, after the whole row is written.
         team.team_barrier();
         if (counted)
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { dxr[t] = from_f32<T>(scale * (kmath::exp(to_f32(xr[t]) - l) - 1.0f)); });
+          Kokkos::single(Kokkos::PerTeam(team),
+                         [&]() { dxr[t] = from_f32<T>(scale * (kmath::exp(to_f32(xr[t]) - l) - 1.0f)); });
       });
 }
 

@@ -64,11 +64,15 @@ void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
         const float rs = kmath::rsqrt(var + eps);
         auto store = [&](std::int64_t j, float v) { yr[j] = from_f32<T>(v); };
         if (wp && bp) {
-          team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs * to_f32(wp[j]) + to_f32(bp[j]); }, store);
+          team_map(
+              team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs * to_f32(wp[j]) + to_f32(bp[j]); },
+              store);
         } else if (wp) {
           team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs * to_f32(wp[j]); }, store);
         } else {
-          team_map(team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs + (bp ? to_f32(bp[j]) : 0.0f); }, store);
+          team_map(
+              team, C, [&](std::int64_t j) { return (to_f32(xr[j]) - mu) * rs + (bp ? to_f32(bp[j]) : 0.0f); },
+              store);
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           if (meanp) meanp[r] = mu;
@@ -169,7 +173,8 @@ void norm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& mean,
                 [&](std::int64_t j, float v) { aw[j] = v; });
           if (want_b)
             team_map(
-                team, C, [&](std::int64_t j) { return ab[j] + to_f32(dyr[j]); }, [&](std::int64_t j, float v) { ab[j] = v; });
+                team, C, [&](std::int64_t j) { return ab[j] + to_f32(dyr[j]); },
+                [&](std::int64_t j, float v) { ab[j] = v; });
         }
       });
   T* dwp = want_w ? view1<T>(dweight, op).data() : nullptr;

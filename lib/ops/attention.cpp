@@ -18,11 +18,11 @@ class AttentionFn final : public autograd::Function {
   std::string name() const override { return "Attention"; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const char* layout = bthd_ ? "[B, T, H, D]" : "[B, H, T, D]";
     for (int i = 0; i < 3; ++i)
-      BMT_REQUIRE(in[i].defined() && in[i].dim() == 4,
-                  "attention: expected 4-dimensional q, k, v (" << (bthd_ ? "[B, T, H, D]" : "[B, H, T, D]")
-                                                                << "), found "
-                                                                << (in[i].defined() ? to_string(in[i].shape()) : "none"));
+      BMT_REQUIRE(in[i].defined() && in[i].dim() == 4, "attention: expected 4-dimensional q, k, v ("
+                                                           << layout << "), found "
+                                                           << (in[i].defined() ? to_string(in[i].shape()) : "none"));
     q_ = unit_head_stride(in[0]).detach();
     k_ = unit_head_stride(in[1]).detach();
     v_ = unit_head_stride(in[2]).detach();

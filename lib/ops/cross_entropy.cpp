@@ -37,8 +37,8 @@ class CrossEntropyFn final : public autograd::Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     if (!g[0].defined()) return {Tensor(), Tensor()};
     Tensor dlogits = Tensor::empty(logits_.shape(), logits_.dtype());
-    kernels::cross_entropy_backward(logits_, targets_, ignore_, lse_, count_, upstream_grad(g[0], {}, DType::f32, name()),
-                                    dlogits);
+    const Tensor dloss = upstream_grad(g[0], {}, DType::f32, name());
+    kernels::cross_entropy_backward(logits_, targets_, ignore_, lse_, count_, dloss, dlogits);
     return {dlogits, Tensor()};
   }
 

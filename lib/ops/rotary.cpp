@@ -13,7 +13,10 @@ namespace {
 class RotaryFn final : public autograd::Function {
  public:
   RotaryFn(Tensor positions, std::int64_t offset, float theta, RotaryLayout layout)
-      : positions_(std::move(positions)), offset_(offset), theta_(theta), seq_dim_(layout == RotaryLayout::BTHD ? 1 : 2) {}
+      : positions_(std::move(positions)),
+        offset_(offset),
+        theta_(theta),
+        seq_dim_(layout == RotaryLayout::BTHD ? 1 : 2) {}
   std::string name() const override { return "RotaryEmbedding"; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
