@@ -1,6 +1,7 @@
 #include "bmtrain/optim/adamw.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
@@ -50,6 +51,7 @@ AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(o
   BMT_REQUIRE(options.eps > 0, "AdamW: expected eps > 0, found " << options.eps);
   plan_ranges(options.weight_decay, options.decay);
   state_.resize(storages_.size());
+  if (options_.offload) copy_stream_ = std::make_unique<Stream>(Stream::Kind::communication, "optimizer copies");
   for (std::size_t k = 0; k < storages_.size(); ++k) {
     ShardedStorage& s = *storages_[k];
     State& st = state_[k];
@@ -58,7 +60,8 @@ AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(o
       st.host_master = s.shard().to_host_floats();
       st.host_m.assign(static_cast<std::size_t>(n), 0.0f);
       st.host_v.assign(static_cast<std::size_t>(n), 0.0f);
-      st.host_grad.resize(static_cast<std::size_t>(n));
+      st.grad_stage = std::make_unique<memory::PinnedBuffer>(static_cast<std::size_t>(n) * sizeof(float));
+      st.param_stage = std::make_unique<memory::PinnedBuffer>(s.shard().nbytes());
       continue;
     }
     if (s.dtype() != DType::f32) st.master = cast(s.shard(), DType::f32);
@@ -71,14 +74,34 @@ void AdamW::step(float lr, float grad_scale) {
   ++steps_;
   const float bias1 = 1.0f - std::pow(options_.beta1, static_cast<float>(steps_));
   const float bias2 = 1.0f - std::pow(options_.beta2, static_cast<float>(steps_));
+  if (options_.offload) return step_offloaded(lr, grad_scale, bias1, bias2);
   for (std::size_t k = 0; k < storages_.size(); ++k) {
     storages_[k]->settle();
-    if (options_.offload) {
-      step_host(k, lr, grad_scale, bias1, bias2);
-    } else {
-      step_device(k, lr, grad_scale, bias1, bias2);
-    }
+    step_device(k, lr, grad_scale, bias1, bias2);
   }
+}
+
+void AdamW::step_offloaded(float lr, float grad_scale, float bias1, float bias2) {
+  Stream& compute = context().compute_stream();
+  Stream& copies = *copy_stream_;
+  std::vector<Event> fetched(storages_.size());
+  auto fetch = [&](std::size_t k) {
+    storages_[k]->settle();
+    copies.wait(compute.record());  // the gradient shard is complete on the compute stream
+    memory::copy_to_host_async(state_[k].grad_stage->data(), storages_[k]->grad_shard().data(),
+                               state_[k].grad_stage->bytes(), copies);
+    fetched[k] = copies.record();
+  };
+  if (!storages_.empty()) fetch(0);
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    if (k + 1 < storages_.size()) fetch(k + 1);
+    fetched[k].synchronize();
+    update_on_host(k, lr, grad_scale, bias1, bias2);
+    memory::copy_from_host_async(storages_[k]->shard().data(), state_[k].param_stage->data(),
+                                 state_[k].param_stage->bytes(), copies);
+  }
+  // Gathers of the next step read the shards: order them after the copies.
+  compute.wait(copies.record());
 }
 
 void AdamW::step_device(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
@@ -93,13 +116,13 @@ void AdamW::step_device(std::size_t k, float lr, float grad_scale, float bias1, 
   }
 }
 
-void AdamW::step_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
+void AdamW::update_on_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
   ShardedStorage& s = *storages_[k];
   State& st = state_[k];
-  memory::copy_to_host(st.host_grad.data(), s.grad_shard().data(), st.host_grad.size() * sizeof(float));
+  const auto* grad = static_cast<const float*>(st.grad_stage->data());
   for (const auto& r : ranges(k)) {
     for (std::int64_t i = r.begin; i < r.end; ++i) {
-      const float gi = st.host_grad[i] * grad_scale;
+      const float gi = grad[i] * grad_scale;
       const float mi = options_.beta1 * st.host_m[i] + (1.0f - options_.beta1) * gi;
       const float vi = options_.beta2 * st.host_v[i] + (1.0f - options_.beta2) * gi * gi;
       st.host_m[i] = mi;
@@ -108,8 +131,19 @@ void AdamW::step_host(std::size_t k, float lr, float grad_scale, float bias1, fl
       st.host_master[i] = st.host_master[i] * (1.0f - lr * r.weight_decay) - lr * update;
     }
   }
-  // Write back the compute-dtype shard.
-  copy_into(s.shard(), Tensor::from_floats(st.host_master, s.shard().shape(), DType::f32));
+  // The compute-dtype shard, rounded on the host, goes back in the staging buffer.
+  void* out = st.param_stage->data();
+  const std::size_t n = st.host_master.size();
+  switch (s.dtype()) {
+    case DType::f32: std::memcpy(out, st.host_master.data(), n * sizeof(float)); break;
+    case DType::bf16:
+      for (std::size_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(out)[i] = bf16_t::from_float(st.host_master[i]);
+      break;
+    case DType::f16:
+      for (std::size_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(out)[i] = f16_t::from_float(st.host_master[i]);
+      break;
+    default: BMT_REQUIRE(false, "AdamW: expected floating parameters, found " << dtype_name(s.dtype()));
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_of(const ShardedStorage& s) const {

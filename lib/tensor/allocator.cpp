@@ -112,6 +112,10 @@ void CachingAllocator::release_cached() {
   s.teardown_registered = false;
 }
 
+memory::PinnedBuffer::PinnedBuffer(std::size_t bytes) : data_(memory::pinned_allocate(bytes)), bytes_(bytes) {
+  BMT_REQUIRE(data_ || bytes == 0, "out of pinned host memory: expected to allocate " << bytes << " bytes");
+}
+
 CachingAllocator& CachingAllocator::instance() {
   static CachingAllocator allocator;
   return allocator;

@@ -38,5 +38,22 @@ void copy(void* dst, const void* src, std::size_t bytes) {
 void set_zero(void* dst, std::size_t bytes) {
   if (bytes) BMT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute()));
 }
+void* pinned_allocate(std::size_t bytes) {
+  void* ptr = nullptr;
+  if (cudaMallocHost(&ptr, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return ptr;
+}
+void pinned_free(void* ptr) {
+  if (ptr) BMT_CUDA_CHECK(cudaFreeHost(ptr));
+}
+void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stream& stream) {
+  if (bytes) BMT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream.native()));
+}
+void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, Stream& stream) {
+  if (bytes) BMT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream.native()));
+}
 
 }  // namespace bmt::memory

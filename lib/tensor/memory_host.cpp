@@ -4,6 +4,7 @@
 
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
+#include "bmtrain/runtime/stream.hpp"
 
 namespace bmt::memory {
 
@@ -23,6 +24,14 @@ void copy(void* dst, const void* src, std::size_t bytes) {
 }
 void set_zero(void* dst, std::size_t bytes) {
   if (bytes) std::memset(dst, 0, bytes);
+}
+void* pinned_allocate(std::size_t bytes) { return system_allocate(bytes); }
+void pinned_free(void* ptr) { system_free(ptr); }
+void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stream& stream) {
+  stream.launch([=] { copy_to_host(host_dst, src, bytes); });
+}
+void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, Stream& stream) {
+  stream.launch([=] { copy_from_host(dst, host_src, bytes); });
 }
 
 }  // namespace bmt::memory

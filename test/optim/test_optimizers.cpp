@@ -116,9 +116,12 @@ TEST(SGD, MomentumMatchesHostReference) {
 }
 
 TEST(AdamW, Bf16ShardIsRoundedFromF32Master) {
+  for (bool offload : {false, true}) {
   Model model(33, 1, bmt::DType::bf16);
   bmt::init_parameters(model);
-  bmt::optim::AdamW adamw(model);
+  bmt::optim::AdamWOptions options;
+  options.offload = offload;
+  bmt::optim::AdamW adamw(model, options);
   set_synthetic_grads(model, 1);
   adamw.step(0.01f, 1.0f);
   for (auto* s : adamw.storages()) {
@@ -127,7 +130,8 @@ TEST(AdamW, Bf16ShardIsRoundedFromF32Master) {
     const auto master = state[0].second.to_host_floats();
     const auto shard = s->shard().to_host_floats();
     for (std::size_t i = 0; i < shard.size(); ++i)
-      ASSERT_EQ(shard[i], bmt::bf16_t::to_float(bmt::bf16_t::from_float(master[i]))) << i;
+      ASSERT_EQ(shard[i], bmt::bf16_t::to_float(bmt::bf16_t::from_float(master[i]))) << i << " offload " << offload;
+  }
   }
 }
 

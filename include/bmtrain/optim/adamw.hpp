@@ -3,7 +3,11 @@
 // gradient, updates f32 moments and master weights, writes the compute-dtype parameter shard.
 // With `offload`, master weights and moments live in host memory and the update runs on the host
 // (the device then holds only the compute-dtype shard and the gradient shard).
+#include <memory>
+
 #include "bmtrain/optim/optimizer.hpp"
+#include "bmtrain/runtime/stream.hpp"
+#include "bmtrain/tensor/memory.hpp"
 
 namespace bmt::optim {
 
@@ -29,13 +33,18 @@ class AdamW final : public Optimizer {
   struct State {
     Tensor master;  // f32; undefined when the parameters are f32 (the shard is the master)
     Tensor exp_avg, exp_avg_sq;
-    // Offloaded: host copies, and the staging buffers for gradients and parameters.
-    std::vector<float> host_master, host_m, host_v, host_grad;
+    // Offloaded: the state in host memory, and pinned staging buffers for the gradient shard
+    // coming in and the compute-dtype parameter shard going out.
+    std::vector<float> host_master, host_m, host_v;
+    std::unique_ptr<memory::PinnedBuffer> grad_stage, param_stage;
   };
   void step_device(std::size_t k, float lr, float grad_scale, float bias1, float bias2);
-  void step_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2);
+  // Offloaded step: the gradient of storage k+1 is copied to the host while storage k updates.
+  void step_offloaded(float lr, float grad_scale, float bias1, float bias2);
+  void update_on_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2);
   AdamWOptions options_;
   std::vector<State> state_;
+  std::unique_ptr<Stream> copy_stream_;  // host <-> device copies of the offloaded step
 };
 
 }  // namespace bmt::optim
