@@ -6,17 +6,8 @@ find_package(Kokkos REQUIRED)
 # JSON for safetensors headers and checkpoint metadata (header-only).
 find_package(nlohmann_json 3.9 REQUIRED)
 
-# Debian's Kokkos 3.4 (libtrilinos-kokkos-dev) exports Kokkos::kokkos with the include directory
-# /usr/lib/include, which does not exist; Kokkos_INCLUDE_DIRS from the same config is right.
-if(TARGET Kokkos::kokkos AND Kokkos_INCLUDE_DIRS)
-  get_target_property(_bmt_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
-  foreach(_dir IN LISTS _bmt_kokkos_inc)
-    if(NOT EXISTS "${_dir}")
-      set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
-      break()
-    endif()
-  endforeach()
-endif()
+# Debian's Kokkos 3.4 exports a broken include directory; the installed config repairs it the same way.
+include(${CMAKE_CURRENT_LIST_DIR}/BmtKokkosIncludes.cmake)
 
 if(BMT_ENABLE_CUDA)
   enable_language(CUDA)

@@ -1,0 +1,146 @@
+# Spack recipe for bmtrain, Spack >= 1.0 repository layout (package API v2).
+# spack/packages/bmtrain/package.py is the same recipe for Spack before 1.0; the two differ only in
+# this header and their imports (the ctest packaging_spack_recipes checks that).
+import os
+
+from spack_repo.builtin.build_systems.cmake import CMakePackage
+from spack_repo.builtin.build_systems.cuda import CudaPackage
+
+from spack.package import *
+
+
+def _source_tree():
+    """The bmtrain checkout this recipe lives in (the folder holding CMakeLists.txt and spack/)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    while os.path.dirname(here) != here:
+        if os.path.isfile(os.path.join(here, "CMakeLists.txt")) and os.path.isdir(
+            os.path.join(here, "spack")
+        ):
+            return here
+        here = os.path.dirname(here)
+    return None
+
+
+class Bmtrain(CMakePackage, CudaPackage):
+    """ZeRO-3 training of transformer models too big for one GPU, from C++, on MPI clusters.
+
+    Every parameter, gradient and optimizer state is sharded across ranks; checkpointed transformer
+    blocks gather their parameters just in time while communication hides behind computation. MPI
+    starts the job; Kokkos kernels run the same code on CPUs (MPI collectives, BLAS) and NVIDIA GPUs
+    (NCCL, cuBLASLt). Installs the library with a CMake package config (find_package(bmtrain),
+    target bmtrain::bmtrain) and the trainer bmt-train.
+    """
+
+    # Fetched from the git checkout holding this recipe; a site that mirrors the project elsewhere
+    # points `git` there (or uses `spack develop` on a checkout, which fetches nothing).
+    _checkout = _source_tree()
+    if _checkout:
+        git = "file://" + _checkout
+
+    version("main", branch="main")
+
+    variant("openmp", default=False, description="Run host kernels on Kokkos' OpenMP backend")
+    variant("tests", default=False, description="Build the test suite and benchmarks (ctest)")
+    variant("shared", default=False, description="Build libbmtrain as a shared library")
+
+    # Kokkos builds for one GPU architecture, and bmtrain follows it: one cuda_arch, not a list.
+    variant(
+        "cuda_arch",
+        description="CUDA architecture (one: Kokkos compiles for a single one)",
+        values=("none",) + CudaPackage.cuda_arch_values,
+        default="none",
+        multi=False,
+        sticky=True,
+        when="+cuda",
+    )
+    conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a cuda_arch, e.g. cuda_arch=90")
+
+    depends_on("c", type="build")  # MPI is found through its C bindings
+    depends_on("cxx", type="build")
+    depends_on("cmake@3.25:", type="build")
+
+    depends_on("mpi")
+    depends_on("nlohmann-json@3.9:")
+    depends_on("cli11", type="build")  # bmt-train's command line, header-only
+
+    # Kokkos 3.4 to 4.x (5.x needs C++20; bmtrain is C++17). The host kernels use the Serial
+    # backend; +openmp puts them on OpenMP instead.
+    depends_on("kokkos@3.4:4 +serial")
+    depends_on("kokkos+openmp", when="+openmp")
+    depends_on("kokkos~openmp", when="~openmp")
+    # The library compiles its sources as the CUDA language (CMake), so Kokkos must too
+    # (+cmake_lang); +cuda_lambda is what Kokkos before 4.1 needs for KOKKOS_LAMBDA on the device.
+    depends_on("kokkos+cuda+cuda_lambda+cmake_lang", when="+cuda")
+    depends_on("kokkos~cuda", when="~cuda")
+    depends_on("nccl", when="+cuda")
+    for _arch in CudaPackage.cuda_arch_values:
+        depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
+        depends_on(f"nccl cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
+    # The CPU build's GEMM goes through CBLAS: the provider must install cblas.h (OpenBLAS does);
+    # the build finds it under the dependency prefixes.
+    depends_on("blas", when="~cuda")
+
+    depends_on("googletest", type=("build", "test"), when="+tests")
+    depends_on("benchmark", type=("build", "test"), when="+tests")
+
+    def cmake_args(self):
+        spec = self.spec
+        args = [
+            self.define_from_variant("BMT_ENABLE_CUDA", "cuda"),
+            self.define_from_variant("BMT_ENABLE_TESTS", "tests"),
+            self.define_from_variant("BMT_ENABLE_BENCHMARKS", "tests"),
+            self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
+            self.define("BMT_ENABLE_APPS", True),
+            self.define("Kokkos_ROOT", spec["kokkos"].prefix),
+        ]
+        if spec.satisfies("+cuda"):
+            args += [
+                self.define("CMAKE_CUDA_COMPILER", join_path(spec["cuda"].prefix.bin, "nvcc")),
+                self.define("CMAKE_CUDA_ARCHITECTURES", spec.variants["cuda_arch"].value),
+                self.define("CUDAToolkit_ROOT", spec["cuda"].prefix),
+                self.define("NCCL_ROOT", spec["nccl"].prefix),
+            ]
+        return args
+
+    def check(self):
+        """The ctest suite over the build tree (spack install --test=root, with +tests).
+
+        Spack removes every environment variable ending in _ROOT from the build, so Open MPI's
+        OMPI_ALLOW_RUN_AS_ROOT cannot reach mpirun there: the tests' launch line carries
+        --allow-run-as-root itself whenever the build was configured as root
+        (cmake/BmtTesting.cmake), which is what a root build under Spack needs.
+        """
+        if self.spec.satisfies("~tests"):
+            print("bmtrain: built without +tests, no tests to run")
+            return
+        ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
+        # Oversubscribed MPI tests must not spin: idle ranks yield the core.
+        os.environ["OMPI_MCA_mpi_yield_when_idle"] = "1"
+        with working_dir(self.builder.build_directory):
+            ctest("--output-on-failure", "--timeout", "900")
+
+    def _launcher(self):
+        """mpiexec of the MPI this was built with, and the flags a one-rank run needs."""
+        mpiexec = which("mpiexec", "mpirun", path=self.spec["mpi"].prefix.bin)
+        if mpiexec is None:
+            raise SkipTest(f"no mpiexec or mpirun in {self.spec['mpi'].prefix.bin}")
+        flags = ["-n", "1"]
+        # Same reason as in check(): OMPI_ALLOW_RUN_AS_ROOT does not survive Spack's environment.
+        if self.spec.satisfies("^openmpi") and os.geteuid() == 0:
+            flags.append("--allow-run-as-root")
+        return mpiexec, flags
+
+    def test_help(self):
+        """bmt-train --help runs as a plain process and lists its options"""
+        bmt_train = which("bmt-train", path=self.prefix.bin, required=True)
+        out = bmt_train("--help", output=str, error=str)
+        for option in ("--model", "--steps", "--batch"):
+            assert option in out, f"expected '{option}' in bmt-train --help, found:\n{out}"
+
+    def test_tiny_run(self):
+        """one MPI rank trains the tiny model for two steps"""
+        mpiexec, flags = self._launcher()
+        bmt_train = join_path(self.prefix.bin, "bmt-train")
+        tiny = ["--model", "tiny", "--steps", "2", "--batch", "4", "--seq", "32", "--no-progress"]
+        out = mpiexec(*flags, bmt_train, *tiny, output=str, error=str)
+        assert "trained 2 steps" in out, f"expected 'trained 2 steps' in the output, found:\n{out}"
