@@ -151,7 +151,8 @@ class CheckpointBlock : public CheckpointBlockBase {
   template <class... Args>
   auto operator()(const Args&... args) {
     using Result = decltype(block_.forward(args...));
-    auto outputs = run_sequence({this}, {body(args...)}, detail::tensor_arguments(args...), 0);
+    const std::vector<CheckpointBlockBase*> self{static_cast<CheckpointBlockBase*>(this)};
+    auto outputs = run_sequence(self, {body(args...)}, detail::tensor_arguments(args...), 0);
     if constexpr (std::is_same_v<std::decay_t<Result>, std::vector<Tensor>>) {
       return outputs;
     } else {
