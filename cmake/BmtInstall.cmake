@@ -37,9 +37,10 @@ if(MPI_C_COMPILER AND IS_ABSOLUTE "${MPI_C_COMPILER}")
   get_filename_component(BMT_INSTALL_MPI_HOME "${_bmt_mpi_bindir}" DIRECTORY)
 endif()
 set(BMT_INSTALL_NCCL_ROOT "")
-if(BMT_ENABLE_CUDA AND NCCL_LIBRARY)
-  get_filename_component(_bmt_nccl_libdir "${NCCL_LIBRARY}" DIRECTORY)
-  get_filename_component(BMT_INSTALL_NCCL_ROOT "${_bmt_nccl_libdir}" DIRECTORY)
+if(BMT_ENABLE_CUDA AND NCCL_INCLUDE_DIR)
+  # <root>/include/nccl.h -> <root>; the library is then found under <root>/lib* or the system paths
+  # (Debian's multiarch /usr/lib/x86_64-linux-gnu included).
+  get_filename_component(BMT_INSTALL_NCCL_ROOT "${NCCL_INCLUDE_DIR}" DIRECTORY)
 endif()
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/bmtrainConfig.cmake.in
