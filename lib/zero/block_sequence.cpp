@@ -35,6 +35,22 @@ class InBlock {
   ~InBlock() { t_in_block = false; }
 };
 
+// Leaves a block's parameters (and their gradient views) unbound when its scope ends, also when
+// the block's forward or backward throws, so no parameter keeps pointing into a gather buffer.
+class Binding {
+ public:
+  explicit Binding(ShardedStorage& s) : s_(s) {}
+  ~Binding() {
+    s_.unbind_grads();
+    s_.unbind();
+  }
+  Binding(const Binding&) = delete;
+  Binding& operator=(const Binding&) = delete;
+
+ private:
+  ShardedStorage& s_;
+};
+
 std::size_t gather_bytes(ShardedStorage& s) {
   return static_cast<std::size_t>(s.total()) * dtype_size(s.dtype());
 }
@@ -87,10 +103,11 @@ class BlockSequence final : public autograd::Function {
       auto* block = blocks_[i];
       ShardedStorage& storage = block->storage();
       ctx.compute_stream().wait(gathered[i].ready);
-      storage.bind(gathered[i].buffer);
-      rng_[i] = random::key_counter();
       std::vector<Tensor> outputs;
       {
+        Binding binding(storage);
+        storage.bind(gathered[i].buffer);
+        rng_[i] = random::key_counter();
         InBlock guard;
         if (keeps_activations(i)) {
           // Keep this block's graph for backward: inputs become leaves of a sub-graph.
@@ -103,7 +120,6 @@ class BlockSequence final : public autograd::Function {
           outputs = bodies_[i](current);
         }
       }
-      storage.unbind();
       release(i, gathered[i], /*after_forward=*/true);
       if (i + depth_ + 1 < n) gathered[i + depth_ + 1] = gather(i + depth_ + 1, i + depth_ + 1);
       if (i == 0) {
@@ -142,6 +158,7 @@ class BlockSequence final : public autograd::Function {
       ctx.compute_stream().wait(g.ready);
 
       // Gradient buffer for this block's parameters.
+      Binding binding(storage);
       BufferRing::Slot* grad_slot = nullptr;
       if (storage.has_trainable()) {
         grad_slot = &gradient_ring().slot(static_cast<int>(p));
@@ -187,7 +204,7 @@ class BlockSequence final : public autograd::Function {
 
       storage.unbind_grads();
       storage.unbind();
-      release(i, g, /*after_forward=*/false);
+      release(i, g, /*after_forward=*/false);  // (the Binding above unbinds on an exception)
       if (grad_slot) {
         const Event grads_ready = ctx.compute_stream().record();
         grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
