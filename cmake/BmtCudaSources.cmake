@@ -2,8 +2,8 @@
 # Kokkos built as a CMake CUDA language (Kokkos_ENABLE_COMPILE_AS_CMAKE_LANGUAGE) does not swap the
 # C++ compiler for a wrapper. The library's own headers include Kokkos, so every C++ source of a
 # target defined in this project (library, tests, benchmarks, examples, apps) is switched to CUDA
-# once all targets exist (a call deferred to the end of the top-level CMakeLists.txt), so targets
-# added anywhere in the tree need nothing extra.
+# once all targets exist (called at the end of the top-level CMakeLists.txt), so targets added
+# anywhere in the tree need nothing extra.
 # Targets whose source directory lies outside the project (GoogleTest built from source) keep C++.
 function(bmt_compile_project_sources_as_cuda dir)
   get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
@@ -29,5 +29,3 @@ function(bmt_compile_project_sources_as_cuda dir)
   endforeach()
 endfunction()
 
-cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR}
-               CALL bmt_compile_project_sources_as_cuda "${PROJECT_SOURCE_DIR}")

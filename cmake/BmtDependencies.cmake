@@ -12,7 +12,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/BmtKokkosIncludes.cmake)
 if(BMT_ENABLE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  include(BmtCudaSources)  # every project source that includes Kokkos compiles as CUDA
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
             PATH_SUFFIXES include)
   find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}

@@ -17,26 +17,7 @@ if(BMT_GTEST_SOURCE_DIR)
     endif()
   endforeach()
 else()
-  # GoogleTest comes from the installed package, or is built from a source tree (machines without a
-# googletest package: point BMT_GTEST_SOURCE_DIR, GTEST_SOURCE_DIR or the environment variable
-# BMT_GTEST_SOURCE_DIR at it, e.g. Debian's /usr/src/googletest).
-set(_bmt_gtest_src "$ENV{BMT_GTEST_SOURCE_DIR}")
-if(GTEST_SOURCE_DIR)
-  set(_bmt_gtest_src "${GTEST_SOURCE_DIR}")
-endif()
-set(BMT_GTEST_SOURCE_DIR "${_bmt_gtest_src}" CACHE PATH "GoogleTest source tree to build instead of find_package(GTest)")
-if(BMT_GTEST_SOURCE_DIR)
-  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
-  add_subdirectory(${BMT_GTEST_SOURCE_DIR} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
-  foreach(_lib gtest gtest_main gmock gmock_main)
-    if(NOT TARGET GTest::${_lib})
-      add_library(GTest::${_lib} ALIAS ${_lib})
-    endif()
-  endforeach()
-else()
   find_package(GTest REQUIRED)
-endif()
-
 endif()
 
 set(BMT_MPIEXEC_PREFLAGS ${MPIEXEC_PREFLAGS})

@@ -15,7 +15,13 @@ string(REPLACE "|" ";" postflags "${POSTFLAGS}")
 set(cuda_args)
 if(CUDA_COMPILER)
   string(REPLACE "|" ";" cuda_archs "${CUDA_ARCHITECTURES}")
-  set(cuda_args -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER} "-DCMAKE_CUDA_ARCHITECTURES=${cuda_archs}")
+  # The build's CUDA flags too: with Kokkos 4.6 on CUDA 13 they force-include the header with the
+  # runtime calls' old signatures, which every translation unit including Kokkos needs.
+  set(cuda_args -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER} "-DCMAKE_CUDA_ARCHITECTURES=${cuda_archs}"
+                "-DCMAKE_CUDA_FLAGS=${CUDA_FLAGS}")
+  if(CUDA_HOST_COMPILER)
+    list(APPEND cuda_args "-DCMAKE_CUDA_HOST_COMPILER=${CUDA_HOST_COMPILER}")
+  endif()
 endif()
 set(prefix ${WORK_DIR}/prefix)
 set(downstream_build ${WORK_DIR}/downstream-build)

@@ -151,8 +151,11 @@ class CheckpointBlock : public CheckpointBlockBase {
   template <class... Args>
   auto operator()(const Args&... args) {
     using Result = decltype(block_.forward(args...));
+    // Both lists spelled out: nvcc does not brace-convert `this` or one Body into a vector.
     const std::vector<CheckpointBlockBase*> self{static_cast<CheckpointBlockBase*>(this)};
-    auto outputs = run_sequence(self, {body(args...)}, detail::tensor_arguments(args...), 0);
+    std::vector<Body> bodies;
+    bodies.push_back(body(args...));
+    auto outputs = run_sequence(self, bodies, detail::tensor_arguments(args...), 0);
     if constexpr (std::is_same_v<std::decay_t<Result>, std::vector<Tensor>>) {
       return outputs;
     } else {
