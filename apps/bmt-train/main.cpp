@@ -4,30 +4,42 @@
 //          --data 'data/fineweb_train_*.bin' --metrics run.jsonl --save ckpt --save-every 200
 //
 // Bad input (an unknown flag or preset, a batch that does not split over the ranks, a missing data
-// file) ends every rank with a one-line error and exit code 2.
+// file, ranks started with different options) ends every rank with a one-line error and exit code 2.
 #include <bmtrain/bmtrain.hpp>
 
 #include <cstdio>
 
+#include "agreed.hpp"
+#include "job_exit.hpp"
 #include "options.hpp"
 #include "trainer.hpp"
 
 int main(int argc, char** argv) {
   bmt::InitOptions init;
   bmt::init_distributed(&argc, &argv, init);
+  bmt_train::JobExit job_exit;
   int code = 0;
+  std::string error;
   try {
     bmt_train::TrainOptions options;
-    if (bmt_train::parse_options(argc, argv, options, code)) code = bmt_train::train(options);
-  } catch (const bmt_train::UsageError& e) {
-    if (bmt::rank() == 0) std::fprintf(stderr, "bmt-train: error: %s\n", e.what());
-    code = 2;
+    bool run = false;
+    // Ranks of an MPMD launch get different arguments: one rank's bad flag must stop them all.
+    bmt_train::agreed([&] { run = bmt_train::parse_options(argc, argv, options, code); });
+    int runs[2] = {run, -static_cast<int>(run)};
+    BMT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, runs, 2, MPI_INT, MPI_MIN, bmt::context().mpi_comm()));
+    if (runs[0] != -runs[1]) throw bmt_train::UsageError("--help: expected on every rank or on none, found it on some");
+    if (run) code = bmt_train::train(options);
   } catch (const bmt::Error& e) {
-    // The same input reaches every rank, so every rank fails here alike; train() agrees on setup
-    // failures that could differ between ranks before any collective.
-    if (bmt::rank() == 0) std::fprintf(stderr, "bmt-train: error: %s\n", e.what());
+    error = e.what();
     code = 2;
+  } catch (const bmt_train::UsageError& e) {
+    error = e.what();
+    code = 2;
+  } catch (const std::exception& e) {
+    error = std::string("internal error: ") + e.what();
+    code = 1;
   }
+  code = job_exit.leave(code, error);
   bmt::finalize();
   return code;
 }

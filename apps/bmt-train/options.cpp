@@ -2,11 +2,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <iostream>
+#include <sstream>
 
 namespace bmt_train {
 
 ModelConfig TrainOptions::model_config() const {
+  // Far beyond any real model, and small enough that products of two sizes cannot overflow.
+  constexpr std::int64_t max_size = std::int64_t{1} << 24;
+  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--dim", dim},
+                         std::pair{"--ffn", ffn}, std::pair{"--vocab", vocab}})
+    BMT_REQUIRE(v >= 0 && v <= max_size, flag << ": expected a size in [1, " << max_size
+                                              << "] (or 0: the preset's), found " << v);
   ModelConfig c = preset(model);
   if (layers) c.layers = layers;
   if (heads) c.heads = heads;
@@ -23,10 +31,30 @@ ModelConfig TrainOptions::model_config() const {
   return c;
 }
 
+std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
+  std::ostringstream os;
+  os.precision(9);  // floats round-trip
+  os << "model=" << o.model << "; arch=" << c.arch << "; layers=" << c.layers << "; heads=" << c.heads
+     << "; dim=" << c.dim << "; ffn=" << c.ffn << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq
+     << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
+     << "; checkpointing=" << o.checkpointing << "; prefetch=" << o.prefetch << "; offload=" << o.offload
+     << "; data=" << o.data << "; val_data=" << o.val_data << "; batch=" << o.batch
+     << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
+     << "; lr=" << o.lr << "; min_lr=" << o.min_lr << "; schedule=" << o.schedule << "; warmup=" << o.warmup
+     << "; weight_decay=" << o.weight_decay << "; beta1=" << o.beta1 << "; beta2=" << o.beta2
+     << "; grad_clip=" << o.grad_clip << "; loss_scale=" << o.loss_scale
+     << "; stop_on_nonfinite=" << o.stop_on_nonfinite << "; eval_every=" << o.eval_every
+     << "; eval_batches=" << o.eval_batches << "; save=" << o.save << "; save_every=" << o.save_every
+     << "; keep_last=" << o.keep_last << "; resume=" << o.resume;
+  return os.str();
+}
+
 bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   CLI::App app{"bmt-train: train a GPT with ZeRO-3 on any number of ranks.\n"
                "Launch with mpirun -np N bmt-train ... or srun bmt-train ...; topology comes from MPI."};
   app.set_config("--config", "", "TOML file of options (keys are the long flag names)");
+  // A misspelled key in a config file is an error, not an option silently left at its default.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   // A flag given twice (in the config file and on the command line, say): the last one wins.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string presets;
@@ -91,14 +119,37 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     exit_code = 0;
     if (!bmt::is_initialized() || bmt::rank() == 0) std::cout << app.help();
     return false;
+  } catch (const CLI::ConfigError& e) {
+    BMT_REQUIRE(false, "--config: " << e.what());
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     BMT_REQUIRE(false, what);
   }
   BMT_REQUIRE(o.batch > 0 && o.seq > 0 && o.steps >= 0, "expected positive --batch and --seq and --steps >= 0, found "
                                                              << o.batch << ", " << o.seq << ", " << o.steps);
+  constexpr std::int64_t max_tokens = std::int64_t{1} << 40;
+  BMT_REQUIRE(o.batch <= max_tokens / o.seq, "--batch and --seq: expected at most " << max_tokens
+                                                << " tokens per step, found " << o.batch << " x " << o.seq);
   BMT_REQUIRE(o.prefetch >= 0, "--prefetch: expected >= 0, found " << o.prefetch);
   BMT_REQUIRE(o.log_every > 0, "--log-every: expected > 0, found " << o.log_every);
+  // Numbers that would train nothing useful, or only NaN, are refused before any work starts.
+  auto finite_at_least = [](const char* flag, float v, float low) {
+    BMT_REQUIRE(std::isfinite(v) && v >= low, flag << ": expected a finite number >= " << low << ", found " << v);
+  };
+  finite_at_least("--lr", o.lr, 0.0f);
+  finite_at_least("--min-lr", o.min_lr, 0.0f);
+  finite_at_least("--weight-decay", o.weight_decay, 0.0f);
+  finite_at_least("--grad-clip", o.grad_clip, 0.0f);
+  finite_at_least("--loss-scale", o.loss_scale, 0.0f);
+  finite_at_least("--dropout", o.dropout, 0.0f);
+  for (auto [flag, beta] : {std::pair{"--beta1", o.beta1}, std::pair{"--beta2", o.beta2}})
+    BMT_REQUIRE(beta >= 0.0f && beta < 1.0f, flag << ": expected a number in [0, 1), found " << beta);
+  BMT_REQUIRE(o.micro_batch >= 0, "--micro-batch: expected >= 0 (0: the whole local batch), found " << o.micro_batch);
+  BMT_REQUIRE(o.warmup >= 0, "--warmup: expected >= 0, found " << o.warmup);
+  BMT_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0, "--eval-every/--eval-batches: expected >= 0 and > 0, found "
+                                                           << o.eval_every << " and " << o.eval_batches);
+  BMT_REQUIRE(o.save_every >= 0, "--save-every: expected >= 0 (0: only at the end), found " << o.save_every);
+  BMT_REQUIRE(o.keep_last >= 0, "--keep-last: expected >= 0 (0: keep all), found " << o.keep_last);
   return true;
 }
 

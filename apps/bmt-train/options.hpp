@@ -53,6 +53,11 @@ struct TrainOptions {
   ModelConfig model_config() const;
 };
 
+// The options every rank must share, with the model they describe, as `key=value` items for
+// bmt::agree_on_configuration. Options that only shape one rank's output (progress, log, metrics and
+// plot paths) are left out.
+std::string shared_description(const TrainOptions& options, const ModelConfig& config);
+
 // Parses argv. On --help, prints the help on rank 0 and returns false with exit_code 0; on bad
 // input throws bmt::Error with a one-line message.
 bool parse_options(int argc, char** argv, TrainOptions& out, int& exit_code);

@@ -7,6 +7,7 @@
 #include <bmtrain/io/token_dataset.hpp>
 #include <bmtrain/io/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
+#include <bmtrain/runtime/configuration_check.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,12 +16,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
 
+#include "fault_injection.hpp"
 #include "loss_plot.hpp"
+#include "resume_state.hpp"
 
 #ifdef BMT_ENABLE_CUDA
 #include <cuda_runtime.h>
@@ -31,29 +35,6 @@ namespace bmt_train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs `setup` on every rank and agrees on the outcome: if any rank failed, every rank throws
-// UsageError with the first failing rank's message, so no rank waits in a collective for a peer
-// that gave up.
-template <class F>
-void agreed(F&& setup) {
-  std::string error;
-  try {
-    setup();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  auto& ctx = bmt::context();
-  int failed = error.empty() ? ctx.topology().world_size : ctx.topology().rank;
-  int first = 0;
-  MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, ctx.mpi_comm());
-  if (first == ctx.topology().world_size) return;
-  int length = static_cast<int>(error.size());
-  MPI_Bcast(&length, 1, MPI_INT, first, ctx.mpi_comm());
-  error.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(error.data(), length, MPI_CHAR, first, ctx.mpi_comm());
-  throw UsageError(error);
-}
 
 // Dense bf16/f16 tensor-core peak of the GPU this rank runs on, for MFU; nullopt when unknown.
 std::optional<double> peak_flops(bmt::DType dtype) {
@@ -108,6 +89,24 @@ std::string resolve_resume(const std::string& path) {
                     "step-N directories), found none at '"
                         << path << "'");
   return path + "/step-" + std::to_string(*last);
+}
+
+// Hours of training must not end in a save that cannot happen: the checkpoint root is created and
+// written to once at startup (rank 0; every rank sees the same root).
+void check_writable_root(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  BMT_REQUIRE(!ec, "--save '" << root << "': expected a directory checkpoints can be written to, cannot create it: "
+                              << ec.message());
+  const std::string probe = root + "/.bmt-train-write-test";
+  {
+    std::ofstream f(probe, std::ios::trunc);
+    f << "probe\n";
+    f.flush();
+    BMT_REQUIRE(f, "--save '" << root << "': expected a directory checkpoints can be written to, cannot write '"
+                              << probe << "'");
+  }
+  std::filesystem::remove(probe, ec);
 }
 
 struct Data {
@@ -187,6 +186,7 @@ int train(const TrainOptions& o) {
   ModelConfig cfg;
   Data data;
   std::int64_t local = 0, micro = 0, accumulation = 1;
+  std::string resumed_from;
   agreed([&] {
     cfg = o.model_config();
     BMT_REQUIRE(o.batch % world == 0, "--batch " << o.batch << ": expected a global batch divisible by the " << world
@@ -197,7 +197,15 @@ int train(const TrainOptions& o) {
                                                                   << local << " sequences per rank");
     accumulation = local / micro;
     data = open_data(o, cfg);
+    if (!o.resume.empty()) resumed_from = resolve_resume(o.resume);
   });
+  // Every rank must train the same model the same way with the same library, from the same
+  // checkpoint: a rank started differently (an MPMD launch, another build on some nodes) stops the
+  // job here with a message naming it, instead of hanging or diverging later.
+  bmt::agree_on_configuration(shared_description(o, cfg) + "; resume_from=" + resumed_from + "; " +
+                              bmt::build_description());
+  FaultInjection fault;
+  agreed([&] { fault = FaultInjection::from_environment(); });
 
   std::unique_ptr<GPT> model;
   std::unique_ptr<bmt::optim::AdamW> adamw;
@@ -225,33 +233,29 @@ int train(const TrainOptions& o) {
   mo.stop_on_nonfinite = o.stop_on_nonfinite;
 
   std::int64_t start = 0;
-  std::string resumed_from;
   bmt::optim::AdamWOptions ao;
   ao.beta1 = o.beta1;
   ao.beta2 = o.beta2;
   ao.weight_decay = o.weight_decay;
   ao.offload = o.offload;
-  bmt::io::TrainingState resumed;
+  ResumePoint resumed;
   agreed([&] {
-    if (!o.resume.empty()) {
-      resumed_from = resolve_resume(o.resume);
-      bmt::load(*model, resumed_from + "/model.safetensors");
-    }
+    if (!resumed_from.empty()) bmt::load(*model, resumed_from + "/model.safetensors");
     adamw = std::make_unique<bmt::optim::AdamW>(*model, ao);
     if (!resumed_from.empty()) {
       bmt::io::load_optimizer(*adamw, resumed_from + "/optimizer.safetensors");
-      resumed = bmt::io::load_training_state(resumed_from + "/training_state.json");
+      resumed = resume_point(bmt::io::load_training_state(resumed_from + "/training_state.json"));
     }
   });
   bmt::optim::OptimManager manager(mo);
   manager.add_optimizer(*adamw, schedule.get());
   if (!resumed_from.empty()) {
     start = resumed.step;
-    schedule->set_step(resumed.lr_scheduler.value("step", start));
-    manager.set_loss_scale(resumed.loss_scaler.value("scale", manager.loss_scale()));
-    manager.set_clean_steps(resumed.loss_scaler.value("clean_steps", 0));
-    bmt::random::set_key_counter(resumed.rng.value("key_counter", std::uint64_t{0}));
-    loader->restore(resumed.data.get<bmt::io::LoaderState>());
+    schedule->set_step(resumed.scheduler_step);
+    if (resumed.loss_scale) manager.set_loss_scale(*resumed.loss_scale);
+    manager.set_clean_steps(resumed.clean_steps);
+    bmt::random::set_key_counter(resumed.key_counter);
+    loader->restore(resumed.data);
   }
 
   // Startup table.
@@ -282,19 +286,26 @@ int train(const TrainOptions& o) {
   bmt::print_rank("+--------------------------------------------------------------");
 
   std::ofstream metrics;
-  if (!o.metrics.empty() && bmt::rank() == 0) {
-    metrics.open(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
-    BMT_REQUIRE(metrics, "--metrics: cannot write '" << o.metrics << "'");
-  }
   std::optional<bmt::io::CheckpointDir> ckpt;
-  if (!o.save.empty()) ckpt.emplace(o.save, o.keep_last);
+  agreed([&] {
+    if (!o.metrics.empty() && bmt::rank() == 0) {
+      metrics.open(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
+      BMT_REQUIRE(metrics, "--metrics: cannot write '" << o.metrics << "'");
+    }
+    if (!o.save.empty()) {
+      ckpt.emplace(o.save, o.keep_last);
+      if (bmt::rank() == 0) check_writable_root(o.save);
+    }
+  });
 
   auto save_checkpoint = [&](std::int64_t step) {
     const std::string dir = ckpt->begin_save(step);
+    fault.at(FaultInjection::Point::save_begun, step);
     nlohmann::json model_json = {{"preset", o.model}, {"arch", cfg.arch}, {"layers", cfg.layers}, {"heads", cfg.heads},
                                  {"dim", cfg.dim}, {"ffn", cfg.ffn}, {"vocab", cfg.vocab}, {"max_seq", cfg.max_seq},
                                  {"dtype", bmt::dtype_name(cfg.dtype)}};
     bmt::save(*model, dir + "/model.safetensors", {{"format", "bmtrain"}, {"model", model_json.dump()}});
+    fault.at(FaultInjection::Point::save_model_written, step);
     bmt::io::save_optimizer(*adamw, dir + "/optimizer.safetensors");
     bmt::io::TrainingState st;
     st.step = step;
@@ -304,6 +315,7 @@ int train(const TrainOptions& o) {
     st.data = loader->state();
     st.extra = {{"model", model_json}, {"world_size", world}};
     bmt::io::save_training_state(dir + "/training_state.json", st);
+    fault.at(FaultInjection::Point::save_files_written, step);
     const std::string published = ckpt->commit_save(step);
     bmt::print_rank("saved checkpoint ", published);
   };
@@ -340,9 +352,14 @@ int train(const TrainOptions& o) {
       auto tokens = bmt::Tensor::from_host(mb.inputs.data(), {static_cast<std::int64_t>(mb.rows), o.seq}, bmt::DType::i32);
       auto targets = bmt::Tensor::from_host(mb.targets.data(), {static_cast<std::int64_t>(mb.rows), o.seq}, bmt::DType::i32);
       bmt::Tensor loss = model->loss(tokens, targets);
+      if (fault.active()) {
+        const float factor = fault.loss_factor(step + 1);
+        if (factor != 1.0f) loss = bmt::scale(loss, factor);
+      }
       manager.backward(loss);
       loss_sum += loss.to_host_floats()[0];
     }
+    fault.at(FaultInjection::Point::after_backward, step + 1);
     const float lr = schedule->current_lr();
     const bool applied = manager.step();
     float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));

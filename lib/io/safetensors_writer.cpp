@@ -86,7 +86,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
   // Existing longer files are cut to the new size.
   rc = MPI_File_set_size(file_, static_cast<MPI_Offset>(header_.file_size()));
   error = rc == MPI_SUCCESS ? "" : where + "cannot set the file size to " + std::to_string(header_.file_size()) +
-                                       " bytes: " + detail::mpi_error_text(rc);
+                                       " bytes (no space left, or a file size limit?): " + detail::mpi_error_text(rc);
   try {
     agree_on_errors(comm_, error);
   } catch (...) {

@@ -1,0 +1,87 @@
+#include "fault_injection.hpp"
+
+#include <bmtrain/bmtrain.hpp>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace bmt_train {
+
+namespace {
+
+// A non-negative decimal number of at most 18 digits; false for anything else.
+bool read_number(const std::string& text, std::int64_t& out) {
+  if (text.empty() || text.size() > 18) return false;
+  out = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    out = out * 10 + (c - '0');
+  }
+  return true;
+}
+
+}  // namespace
+
+FaultInjection FaultInjection::from_environment() {
+  const char* spec = std::getenv("BMT_TRAIN_FAULT");
+  return spec && *spec ? parse(spec) : FaultInjection{};
+}
+
+FaultInjection FaultInjection::parse(const std::string& spec) {
+  const auto colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const auto second = rest.find(':');
+  const std::string step_text = rest.substr(0, second), rank_text = second == std::string::npos ? "0" : rest.substr(second + 1);
+  FaultInjection f;
+  if (name == "kill-step") f.point_ = Point::after_backward;
+  else if (name == "kill-save-begun") f.point_ = Point::save_begun;
+  else if (name == "kill-save-model") f.point_ = Point::save_model_written;
+  else if (name == "kill-save-files") f.point_ = Point::save_files_written;
+  f.kind_ = f.point_ != Point::none ? Kind::kill : name == "nan-loss" ? Kind::nan_loss : name == "inf-loss" ? Kind::inf_loss : Kind::none;
+  if (name == "disk-full") {
+    f.kind_ = Kind::disk_full;
+    f.point_ = Point::save_begun;
+  }
+  std::int64_t rank = 0;
+  BMT_REQUIRE(f.kind_ != Kind::none && read_number(step_text, f.step_) && f.step_ > 0 && read_number(rank_text, rank) &&
+                  rank < (1 << 30),
+              "BMT_TRAIN_FAULT: expected <fault>:<step>[:<rank>] with fault kill-step, kill-save-begun, kill-save-model, "
+              "kill-save-files, disk-full, nan-loss or inf-loss and a step > 0, found '"
+                  << spec << "'");
+  f.rank_ = static_cast<int>(rank);
+  return f;
+}
+
+bool FaultInjection::here(std::int64_t step) const { return step == step_ && bmt::rank() == rank_; }
+
+void FaultInjection::at(Point point, std::int64_t step) const {
+  if (point != point_ || !here(step)) return;
+  if (kind_ == Kind::disk_full) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit {};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 4096;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: file size limit now 4 KiB at step %lld\n", rank_,
+                 static_cast<long long>(step));
+    return;
+  }
+  if (kind_ != Kind::kill) return;
+  std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: killing this rank at step %lld\n", rank_, static_cast<long long>(step));
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
+float FaultInjection::loss_factor(std::int64_t step) const {
+  if (!here(step)) return 1.0f;
+  if (kind_ == Kind::nan_loss) return std::numeric_limits<float>::quiet_NaN();
+  if (kind_ == Kind::inf_loss) return std::numeric_limits<float>::infinity();
+  return 1.0f;
+}
+
+}  // namespace bmt_train

@@ -1,0 +1,99 @@
+# Shared by the reliability scripts (sourced, not run): argument handling, a job runner that records
+# how a job ended, and checks on checkpoints and metrics.
+#   script.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
+set -u
+exe=$1; mpiexec=$2; shift 2; preflags=("$@")
+work=$(mktemp -d "${TMPDIR:-/tmp}/bmt-reliability.XXXXXX")
+cleanup() { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+finish() {
+  [ $failures -eq 0 ] && echo "all checks passed"
+  exit $((failures > 0))
+}
+# Oversubscribed ranks must not spin while they wait (scripts/test.sh sets this too).
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+tiny=(--model tiny --batch 12 --seq 32 --lr 0.01 --log-every 100 --no-progress)
+
+# job NP ARGS...: runs bmt-train on NP ranks under a hard limit (150 s) and sets rc, secs (wall time of
+# the whole job, to 0.1 s), out (stdout and stderr), and error (the "bmt-train: error" lines).
+# With JOB_ENV set ("NAME=value ..."), the job runs in that environment.
+job() {
+  local np=$1; shift
+  local start=$(date +%s%N)
+  out=$(env ${JOB_ENV:-} timeout -k 5 150 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" "$@" 2>&1)
+  rc=$?
+  secs=$(( ($(date +%s%N) - start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
+  error=$(grep -E "bmt-train: error|BMT_TRAIN_FAULT" <<<"$out" | head -3 | tr '\n' ' ')
+}
+# mpmd "ARGS OF RANK 0" "ARGS OF RANK 1": one rank each, different arguments (MPI's MPMD syntax).
+mpmd() {
+  local start=$(date +%s%N)
+  out=$(timeout -k 5 150 "$mpiexec" "${preflags[@]}" -np 1 "$exe" $1 : -np 1 "$exe" $2 2>&1)
+  rc=$?
+  secs=$(( ($(date +%s%N) - start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
+  error=$(grep -E "bmt-train: error" <<<"$out" | head -3 | tr '\n' ' ')
+}
+# One line per case for docs/RELIABILITY.md.
+report() { echo "RESULT | $1 | exit $rc | ${secs} s | ${error:-(no error line)}"; }
+show() { echo "---- output of the last job (exit $rc, ${secs} s):"; echo "$out" | tail -25; echo "----"; }
+
+# expect_failure NAME EXIT_CODE PATTERN LIMIT_S: the last job ended with EXIT_CODE ("nonzero" for
+# any), within LIMIT_S seconds, its output matches PATTERN, and none of its processes is left.
+expect_failure() {
+  local name=$1 code=$2 pattern=$3 limit=$4 ok=1
+  report "$name"
+  if [ "$code" = nonzero ]; then
+    [ $rc -ne 0 ] || { fail "$name: expected a non-zero exit, found 0"; ok=0; }
+  else
+    [ $rc -eq "$code" ] || { fail "$name: expected exit code $code, found $rc"; ok=0; }
+  fi
+  # (mpirun itself exits 137 when a rank was killed: only the time tells a hang from that.)
+  awk -v s="$secs" 'BEGIN { exit !(s >= 150) }' && { fail "$name: the job hung and was killed by the test's timeout"; ok=0; }
+  grep -qE -- "$pattern" <<<"$out" || { fail "$name: expected output matching '$pattern'"; ok=0; }
+  awk -v s="$secs" -v l="$limit" 'BEGIN { exit !(s <= l) }' || { fail "$name: took $secs s, limit $limit s"; ok=0; }
+  expect_no_processes "$name" || ok=0
+  [ $ok -eq 1 ] || show
+}
+expect_success() {
+  local name=$1
+  report "$name"
+  [ $rc -eq 0 ] || { fail "$name: expected exit code 0, found $rc"; show; }
+}
+# No process of the job (every job names a path under $work) is still running.
+expect_no_processes() {
+  local left
+  sleep 1
+  left=$(pgrep -f -- "$work" | grep -v "^$$\$" || true)
+  [ -z "$left" ] || { fail "$1: processes still running: $(ps -o pid=,args= -p $(echo $left | tr ' ' ',') | head -3)"; return 1; }
+}
+
+# The newest step with a COMPLETE marker under a checkpoint root ("none" if there is none).
+latest_complete() {
+  local best=none d s
+  for d in "$1"/step-*; do
+    [ -f "$d/COMPLETE" ] || continue
+    s=${d##*/step-}
+    [[ $s =~ ^[0-9]+$ ]] || continue
+    if [ "$best" = none ] || [ "$s" -gt "$best" ]; then best=$s; fi
+  done
+  echo "$best"
+}
+# "step loss" lines of a metrics file; a step logged twice (a run resumed over it) keeps the last.
+losses() {
+  sed -n 's/.*"loss":\([^,]*\),.*"step":\([0-9]*\).*/\2 \1/p' "$1" | awk '{ l[$1] = $2 } END { for (s in l) print s, l[s] }' | sort -n
+}
+# field FILE STEP KEY: the value of KEY in the metrics line of STEP.
+field() { grep "\"step\":$2[,}]" "$1" | tail -1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+# same_losses A B FIRST LAST [TOLERANCE]: steps FIRST..LAST have equal losses (or within a relative
+# tolerance) in metrics files A and B.
+same_losses() {
+  local a=$1 b=$2 first=$3 last=$4 tol=${5:-0}
+  awk -v f="$first" -v l="$last" -v tol="$tol" '
+    NR == FNR { if ($1 >= f && $1 <= l) want[$1] = $2; next }
+    ($1 in want) { c++; d = want[$1] - $2; if (d < 0) d = -d; m = want[$1] < 0 ? -want[$1] : want[$1]
+                   if ((tol == 0 && want[$1] != $2) || d > tol * m) { print "step " $1 ": " want[$1] " vs " $2; bad = 1 } }
+    END { if (c != l - f + 1) { print "compared " c " steps, expected " l - f + 1; bad = 1 } exit bad }' \
+    <(losses "$a") <(losses "$b")
+}
