@@ -1,0 +1,72 @@
+// Fuzz target: token files (bmt::io::TokenShard and TokenDataset: llm.c shards and raw uint16),
+// whose header is read from disk and then trusted to map and index the tokens. The input is the
+// file's content, written to a scratch file. Rejection must be a bmt::Error; an accepted file must
+// give a token count that fits the file, and every sequence it offers must be readable.
+#include <bmtrain/io/token_dataset.hpp>
+#include <bmtrain/runtime/error.hpp>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "fuzz_check.hpp"
+
+namespace {
+
+const std::string& scratch_path() {
+  static const std::string path = [] {
+    const char* dir = std::getenv("TMPDIR");
+    std::string pattern = std::string(dir && *dir ? dir : "/tmp") + "/bmt-fuzz-token-XXXXXX";
+    const int fd = ::mkstemp(pattern.data());
+    BMT_FUZZ_CHECK(fd >= 0);
+    ::close(fd);
+    std::atexit([] { std::remove(scratch_path().c_str()); });
+    return pattern;
+  }();
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string& path = scratch_path();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    BMT_FUZZ_CHECK(f != nullptr);
+    BMT_FUZZ_CHECK(size == 0 || std::fwrite(data, 1, size, f) == size);
+    std::fclose(f);
+  }
+  using bmt::io::TokenFileFormat;
+  for (auto format : {TokenFileFormat::detect, TokenFileFormat::llmc, TokenFileFormat::raw_u16}) {
+    try {
+      bmt::io::TokenShard shard(path, format);
+      const std::uint64_t header = shard.format() == TokenFileFormat::llmc ? bmt::io::TokenShard::kLlmcHeaderBytes : 0;
+      BMT_FUZZ_CHECK(shard.size() > 0 && header + 2 * shard.size() == size);
+      std::uint64_t sum = 0;
+      for (std::uint64_t i = 0; i < shard.size(); ++i) sum += shard[i];  // every token is mapped
+      BMT_FUZZ_CHECK(sum <= 65535 * shard.size());
+    } catch (const bmt::Error&) {
+    }
+  }
+  try {
+    bmt::io::TokenDataset dataset(path);
+    for (std::size_t seq_len : {1, 7, 64}) {
+      std::vector<std::int32_t> sequence(seq_len + 1);
+      const std::uint64_t n = dataset.sequence_count(seq_len);
+      BMT_FUZZ_CHECK(n * seq_len < dataset.token_count() || n == 0);
+      for (std::uint64_t i = 0; i < n && i < 64; ++i) dataset.sequence(n - 1 - i, seq_len, sequence.data());
+      bool refused = false;
+      try {
+        dataset.sequence(n, seq_len, sequence.data());
+      } catch (const bmt::Error&) {
+        refused = true;
+      }
+      BMT_FUZZ_CHECK(refused);  // one past the last sequence is an error, not a read past the file
+    }
+  } catch (const bmt::Error&) {
+  }
+  return 0;
+}
