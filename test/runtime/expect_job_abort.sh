@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Runs a job that is meant to die and checks how it dies:
-#   expect_job_abort.sh <limit seconds> <expected text> <command...>
+#   expect_job_abort.sh <limit seconds> <expected text>... -- <command...>
 # Passes when the command exits non-zero, within the limit (so no rank was left hanging), and its
-# output contains the expected text (so the runtime's own error path ran, not a crash).
+# output contains every expected text (so the runtime's own error path ran, not a crash).
 set -u
 limit=$1
-expected=$2
-shift 2
+shift
+expected=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  expected+=("$1")
+  shift
+done
+shift  # the --
 start_ns=$(date +%s%N)
 output=$(timeout --kill-after=5 $((limit * 3)) "$@" 2>&1)
 rc=$?
@@ -17,5 +22,7 @@ fail=0
 if [ "$rc" -eq 0 ]; then echo "FAILED: the job exited with 0; expected a non-zero exit"; fail=1; fi
 if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "FAILED: the job hung and was killed"; fail=1; fi
 if [ "$elapsed_ms" -gt $((limit * 1000)) ]; then echo "FAILED: the job took longer than ${limit} s to end"; fail=1; fi
-if ! grep -qF -- "$expected" <<<"$output"; then echo "FAILED: the output does not contain '$expected'"; fail=1; fi
+for text in "${expected[@]}"; do
+  if ! grep -qF -- "$text" <<<"$output"; then echo "FAILED: the output does not contain '$text'"; fail=1; fi
+done
 exit $fail

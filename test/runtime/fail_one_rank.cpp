@@ -3,13 +3,14 @@
 // waiting. Run by expect_job_abort.sh under mpirun; the mode picks how rank 1 dies:
 //   throw   an exception escapes main (the runtime's terminate handler)
 //   fatal   bmt::fatal (an unrecoverable error detected by the library)
-//   stream  an exception escapes work running on a communication stream
+//   stream  an exception escapes work launched on a communication stream (its worker thread on
+//           the host build; on CUDA launch() runs work on the caller, so it escapes main)
+#include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -22,9 +23,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   bmt::Context& ctx = bmt::context();
-  std::vector<float> x(1024, 1.0f), y(1024, 0.0f);
+  // The gather communicator works on the memory space of the build (device memory on CUDA).
+  Kokkos::View<float*, Kokkos::DefaultExecutionSpace::memory_space> x("x", 1024), y("y", 1024);
+  Kokkos::deep_copy(x, 1.0f);
   if (bmt::rank() != 1) {
-    ctx.gather_comm().all_reduce(x.data(), y.data(), x.size(), bmt::DType::f32, bmt::ReduceOp::sum,
+    ctx.gather_comm().all_reduce(x.data(), y.data(), x.extent(0), bmt::DType::f32, bmt::ReduceOp::sum,
                                  ctx.gather_stream());
     int token = 0;
     ctx.host_comm().broadcast(&token, 1, bmt::DType::i32, 1, ctx.compute_stream());  // waits for rank 1
