@@ -24,4 +24,5 @@
 #include "bmtrain/tensor/tensor.hpp"
 #include "bmtrain/zero/checkpoint_block.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/inspect.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"

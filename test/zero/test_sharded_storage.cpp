@@ -4,6 +4,8 @@
 #include "bmtrain/nn/module.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/inspect.hpp"
 #include "bmtrain/zero/sharded_storage.hpp"
 
 namespace {
@@ -90,4 +92,26 @@ TEST(ShardedStorage, MixedDtypesAreRejected) {
     EXPECT_NE(std::string(e.what()).find("expected every parameter in dtype f32, found 'b' in bf16"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(Inspect, StatisticsMatchTheGatheredValues) {
+  struct Two : bmt::DistributedModule {
+    bmt::DistributedParameter a{{7, 3}, bmt::DType::f32, bmt::init::from_function([](std::int64_t i) { return 0.5f * i; })};
+    bmt::DistributedParameter b{{5}, bmt::DType::f32, bmt::init::constant(2.0f)};
+    Two() {
+      register_parameter("a", a);
+      register_parameter("b", b);
+    }
+  } model;
+  bmt::init_parameters(model);
+  const std::string table = bmt::inspect(model);
+  // a = 0, 0.5, ..., 10: min 0, max 10, mean 5, std sqrt((0.5^2) (21^2 - 1) / 12) = 3.0277.
+  EXPECT_NE(table.find("a                                        [7, 3]                    0         10          5      3.028"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("b                                        [5]                       2          2          2          0"),
+            std::string::npos)
+      << table;
+  const float mean = bmt::sum_loss(bmt::Tensor::from_floats({static_cast<float>(bmt::rank())}, {1}));
+  EXPECT_FLOAT_EQ(mean, (bmt::world_size() - 1) / 2.0f);
 }
