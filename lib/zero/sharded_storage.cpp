@@ -139,15 +139,26 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   check_dtype(full_grad, DType::f32, "ShardedStorage::reduce_gradient");
   BMT_REQUIRE(full_grad.numel() >= total_, "ShardedStorage '" << name_ << "': expected a gradient buffer of "
                                                               << total_ << " elements, found " << full_grad.numel());
+  // Work queued here on the compute stream after `ready` was recorded (zeroing a new gradient shard,
+  // settle()'s add that still reads `incoming_`, a fresh allocation whose memory the compute stream
+  // may still be using) must finish before the reduce-scatter writes the target.
+  bool compute_first = !grad_shard_.defined();
   grad_shard();
-  if (incoming_pending_ || (grad_dirty_ && !reduced_.query())) settle();
+  if (incoming_pending_ || (grad_dirty_ && !reduced_.query())) {
+    settle();
+    compute_first = true;
+  }
   Tensor target = grad_shard_;
   if (grad_dirty_) {
-    if (!incoming_.defined()) incoming_ = Tensor::empty({shard_size_}, DType::f32);
+    if (!incoming_.defined()) {
+      incoming_ = Tensor::empty({shard_size_}, DType::f32);
+      compute_first = true;
+    }
     target = incoming_;
     incoming_pending_ = true;
   }
   stream.wait(ready);
+  if (compute_first) stream.wait(context().compute_stream().record());
   comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
                       ReduceOp::avg, stream);
   reduced_ = stream.record();

@@ -114,6 +114,17 @@ std::vector<TrainingRun> load(const std::string& path, std::size_t count) {
   return f ? runs : std::vector<TrainingRun>{};
 }
 
+// Parameters after 20 AdamW steps agree to float rounding on the host. On CUDA the f32 atomic
+// adds of the embedding gradient sum in a different order on every run (and cuBLASLt may choose
+// another kernel for another operand alignment); Adam's normalized update turns those last-bit
+// differences of near-zero gradients into parameter differences of up to ~1e-5 between two
+// identical runs (measured on an H200), while a scheduling error moves them by 1e-3 or more.
+#ifdef BMT_ENABLE_CUDA
+constexpr double kParamRepeatability = 5e-5;
+#else
+constexpr double kParamRepeatability = 1e-6;
+#endif
+
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
@@ -141,7 +152,7 @@ TEST(GptEquivalence, SameLossesAndParametersAtEveryWorldSize) {
   ASSERT_EQ(golden.size(), runs.size()) << "could not read " << path << " (written by the 1-rank run)";
   for (std::size_t k = 0; k < runs.size(); ++k) {
     expect_close(runs[k].losses, golden[k].losses, 1e-5, "loss");
-    expect_close(runs[k].params, golden[k].params, 1e-5, "parameter");
+    expect_close(runs[k].params, golden[k].params, std::max(1e-5, kParamRepeatability), "parameter");
   }
 }
 
@@ -154,6 +165,6 @@ TEST(GptEquivalence, ScheduleOptionsDoNotChangeTheResult) {
   level2.zero_level = 2;
   for (const auto& other : {train("gpt2", keep, 0), train("gpt2", level2, 2)}) {
     expect_close(other.losses, base.losses, 1e-6, "loss");
-    expect_close(other.params, base.params, 1e-6, "parameter");
+    expect_close(other.params, base.params, kParamRepeatability, "parameter");
   }
 }
