@@ -3,6 +3,8 @@
 // unrolled and vectorizable loops on CPUs), kMaxHeadDim-sized for the rest.
 #include "bmtrain/kernels/attention.hpp"
 
+#include "attention_seam.hpp"
+
 #include <type_traits>
 
 #include "bmtrain/kernels/common.hpp"
@@ -232,6 +234,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     const auto vr = head_rows<const T>(v, q.dtype(), ks, "v", op);
     const auto orows = head_rows<T>(out, q.dtype(), qs, "out", op);
     if (q.numel() == 0) return;
+    if (tensor_core_attention_forward(q, k, v, causal, scale, out, lse)) return;
     with_head_dim(n.d, [&](auto dim) {
       forward_rows<T, decltype(dim)::value>(n, qr, kr, vr, orows, lse.data_as<float>(), causal, scale);
     });
@@ -256,6 +259,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     const auto dkr = head_rows<T>(dk, q.dtype(), ks, "dk", op);
     const auto dvr = head_rows<T>(dv, q.dtype(), ks, "dv", op);
     if (n.b * n.h == 0 || n.d == 0) return;
+    if (tensor_core_attention_backward(q, k, v, out, dout, lse, causal, scale, dq, dk, dv)) return;
     Tensor delta = Tensor::empty({n.b, n.h, n.tq}, DType::f32);
     with_head_dim(n.d, [&](auto dim) {
       constexpr int kD = decltype(dim)::value;

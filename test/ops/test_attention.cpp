@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/ops/attention.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/allocator.hpp"
@@ -214,6 +215,60 @@ TEST(Attention, MemoryDoesNotGrowWithTSquared) {
   EXPECT_LT(peak, 8 * tensor_bytes) << "peak " << peak << " bytes";
   EXPECT_LT(peak, T * T * sizeof(float) / 16);
   EXPECT_TRUE(qg.grad().defined());
+}
+
+// The inputs of the CUDA build's tensor-core kernels (bf16/f16, D = 64 and 128, rows aligned to
+// 16 bytes) against the float64 reference on the same rounded values: partial tiles (T not a
+// multiple of 64), one query, more keys than queries, and a fused QKV projection's strided
+// [B, T, H, D] views. The CUDA build must take the tensor-core path for each of them. Tolerances:
+// the outputs are rounded once, the probabilities and dS once more before their products.
+TEST(Attention, TensorCoreShapes) {
+  struct Case {
+    Sizes s;
+    bool causal;
+  };
+  const Case cases[] = {{{1, 2, 64, 64, 64}, true},   {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
+                        {{1, 1, 70, 200, 128}, true}, {{1, 1, 1, 65, 128}, true},   {{2, 2, 129, 129, 128}, false}};
+  std::uint32_t seed = 600;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const double tol = dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
+    for (const Case& c : cases) {
+      const Sizes& s = c.s;
+      const auto q = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, seed++, -1.5f, 1.5f), dt);
+      const auto k = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, seed++, -1.5f, 1.5f), dt);
+      const auto v = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, seed++), dt);
+      const auto w = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, seed++), dt);
+      const Tensor qt = Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}, dt);
+      const Tensor kt = Tensor::from_floats(k, {s.B, s.H, s.Tk, s.D}, dt);
+      const Tensor vt = Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D}, dt);
+#ifdef BMT_ENABLE_CUDA
+      ASSERT_TRUE(kernels::attention_uses_tensor_cores(qt, kt, vt));
+#endif
+      const auto ref = attention_reference(s, q, k, v, w, c.causal, 1.0 / std::sqrt(double(s.D)));
+      const auto r = testing::forward_backward(
+          [&](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], c.causal); }, {qt, kt, vt},
+          {true, true, true}, w);
+      const std::string what = std::string(dtype_name(dt)) + " Tq=" + std::to_string(s.Tq) +
+                               " Tk=" + std::to_string(s.Tk) + " D=" + std::to_string(s.D);
+      expect_close(r.output, ref.out, tol, tol, what + " out");
+      expect_close(r.grads[0], ref.dq, tol, tol, what + " dq");
+      expect_close(r.grads[1], ref.dk, tol, tol, what + " dk");
+      expect_close(r.grads[2], ref.dv, tol, tol, what + " dv");
+    }
+  }
+  // GPT-2's layout: q, k, v are strided views of one [B, T, 3, H, D] projection.
+  const std::int64_t B = 2, T = 80, H = 3, D = 64;
+  const auto qkv = testing::rounded_to(random_floats(B * T * 3 * H * D, seed++, -1.5f, 1.5f), DType::bf16);
+  const Tensor fused = Tensor::from_floats(qkv, {B, T, 3, H, D}, DType::bf16);
+  const Tensor q = fused.select(2, 0), k = fused.select(2, 1), v = fused.select(2, 2);
+#ifdef BMT_ENABLE_CUDA
+  ASSERT_TRUE(kernels::attention_uses_tensor_cores(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)));
+#endif
+  const Tensor o = attention_bthd(q, k, v);
+  auto bhtd = [&](const Tensor& t) { return swap_heads_and_time(t.to_host_floats(), B, T, H, D); };
+  const auto ref = attention_reference({B, H, T, T, D}, bhtd(q), bhtd(k), bhtd(v), std::vector<float>(B * H * T * D),
+                                       true, 1.0 / std::sqrt(double(D)));
+  expect_close(swap_heads_and_time(o.to_host_floats(), B, T, H, D), ref.out, 1.0 / 32, 1.0 / 32, "fused qkv out");
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -18,8 +18,10 @@
 // Causal masking aligns the last query with the last key: query i sees keys j <= i + (Tk - Tq);
 // causal needs Tq <= Tk. D is at most kMaxHeadDim.
 //
-// This is the portable kernel (one thread per query or key row). The entry points take only
-// tensors and scalars, so a backend-specific kernel can take their place without touching the ops.
+// Two implementations: the portable kernel (one thread per query or key row, any dtype and head
+// size), and in the CUDA build tensor-core kernels for bf16/f16 with D = 64 or 128 and 16-byte
+// aligned rows (every row stride a multiple of 8 elements), the shapes of transformer training.
+// The entry points pick one; attention_uses_tensor_cores says which.
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::kernels {
@@ -31,5 +33,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, bool causal, float scale, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv);
+
+// Whether q, k, v ([B, H, T, D] views) take the tensor-core kernels (always false in the host build).
+bool attention_uses_tensor_cores(const Tensor& q, const Tensor& k, const Tensor& v);
 
 }  // namespace bmt::kernels
