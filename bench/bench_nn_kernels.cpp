@@ -1,28 +1,51 @@
-// Throughput of the row-wise nn kernels (LayerNorm, RMSNorm, softmax, cross-entropy: forward then
-// backward, as training runs them) in GB/s of bytes read and written, next to a plain device copy
-// of the same bytes (the bandwidth ceiling), and the time of the fused attention forward.
+// Throughput of the memory-bound kernels of a transformer step (LayerNorm, RMSNorm, softmax,
+// cross-entropy, GELU, residual add, SwiGLU, embedding, AdamW), forward and backward separately,
+// at GPT-2 shapes (16 x 1024 token rows, widths 768, 1600, 2048, vocabulary 50257), in f32 and
+// bf16; and the time of the fused attention forward.
 //
 //   bench_nn_kernels [--benchmark_filter=...]
 //
-// GB/s counts each kernel's compulsory traffic: LayerNorm/RMSNorm forward reads x and writes y,
-// backward reads x and dy and writes dx (5 tensors); softmax likewise (x, y | y, dy, dx); cross-entropy
-// reads the logits in forward and reads them and writes their gradient in backward (3). Row
-// statistics and per-column weight gradients are small and not counted.
+// Each kernel reports GB/s of its compulsory traffic and `of_copy`, that rate as a fraction of the
+// device's copy bandwidth: memory::copy (cudaMemcpy device to device on CUDA, counting bytes read
+// and written) of 1 GiB, measured once at startup and printed first. An iteration queues the
+// kernel kReps times and then waits, so launch and synchronization costs do not hide the kernel.
+//
+// Traffic counted: norm/softmax forward read x and write y (2 row tensors), backward read x (or y)
+// and dy and write dx (3); cross-entropy forward reads the logits (1), backward reads them and
+// writes their gradient (2); GELU forward 2, backward 3; add 3; SwiGLU forward 3, backward 5;
+// embedding forward reads and writes the looked-up rows (2 x tokens x width), backward reads the
+// output gradient and writes the whole f32 table gradient; AdamW reads gradient, moments and
+// master and writes moments, master and (bf16) parameters: 28 bytes per f32 parameter, 30 per
+// bf16. Row statistics and per-column partial sums are small and not counted.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/cross_entropy.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/embedding.hpp"
 #include "bmtrain/kernels/norm.hpp"
 #include "bmtrain/kernels/softmax.hpp"
+#include "bmtrain/optim/adamw.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/tensor/memory.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/nn/init.hpp"
 
 namespace {
 
 using namespace bmt;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kReps = memory::is_host() ? 1 : 20;
+// Full GPT-2 batches on a GPU; a host build keeps the large tensors to a size a CPU finishes.
+constexpr std::int64_t kRows = 16 * 1024;
+constexpr std::int64_t kVocabRows = memory::is_host() ? 256 : 16 * 1024;
 
 DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : DType::bf16; }
 
@@ -38,108 +61,237 @@ Tensor random_like(const Shape& shape, DType dtype, std::uint64_t seed) {
   return Tensor::from_floats(v, shape, dtype);
 }
 
-void report(benchmark::State& state, double bytes_per_iter, DType dtype) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iter * static_cast<double>(state.iterations()),
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(dtype_name(dtype));
+// Bytes per second of memory::copy over 1 GiB (256 MiB on the host), counting reads and writes.
+double copy_bandwidth() {
+  static const double bw = [] {
+    const std::size_t bytes = memory::is_host() ? (std::size_t(256) << 20) : (std::size_t(1) << 30);
+    const Tensor a = Tensor::zeros({static_cast<std::int64_t>(bytes)}, DType::u8);
+    const Tensor b = Tensor::zeros({static_cast<std::int64_t>(bytes)}, DType::u8);
+    memory::copy(b.data(), a.data(), bytes);
+    sync();
+    const int reps = memory::is_host() ? 3 : 20;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) memory::copy(b.data(), a.data(), bytes);
+    sync();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return 2.0 * static_cast<double>(bytes) * reps / s;
+  }();
+  return bw;
 }
 
-// memory::copy of `tensors` tensors' worth of bytes: reads + writes, the same accounting as the kernels.
+// Times `step` (kReps launches, then a wait) per iteration; reports GB/s of `bytes` per step and
+// its fraction of the copy bandwidth.
+template <class Step>
+void measure(benchmark::State& state, double bytes, const std::string& label, Step step) {
+  step();  // warm-up: first touch, plan caches, lazily created buffers
+  sync();
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    for (int r = 0; r < kReps; ++r) step();
+    sync();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    state.SetIterationTime(s / kReps);
+    seconds += s;
+  }
+  const double rate = bytes * kReps * static_cast<double>(state.iterations()) / seconds;
+  state.counters["GB/s"] = rate * 1e-9;
+  state.counters["of_copy"] = rate / copy_bandwidth();
+  state.SetLabel(label);
+}
+
 void BM_Copy(benchmark::State& state) {
   const std::int64_t rows = state.range(0), cols = state.range(1);
   const DType dt = dtype_arg(state.range(2));
   const std::size_t bytes = static_cast<std::size_t>(rows * cols) * dtype_size(dt);
   const Tensor a = random_like({rows, cols}, dt, 1), b = Tensor::empty({rows, cols}, dt);
-  auto step = [&] {
-    memory::copy(b.data(), a.data(), bytes);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
-  }
-  report(state, 2.0 * bytes, dt);
+  measure(state, 2.0 * bytes, dtype_name(dt), [&] { memory::copy(b.data(), a.data(), bytes); });
 }
 
-void BM_LayerNorm(benchmark::State& state) {
-  const std::int64_t rows = state.range(0), C = state.range(1);
+struct NormCase {
+  Tensor x, w, b, dy, y, dx, dw, db, mean, rstd;
+  NormCase(std::int64_t rows, std::int64_t C, DType dt)
+      : x(random_like({rows, C}, dt, 1)), w(random_like({C}, dt, 2)), b(random_like({C}, dt, 3)),
+        dy(random_like({rows, C}, dt, 4)), y(Tensor::empty({rows, C}, dt)), dx(Tensor::empty({rows, C}, dt)),
+        dw(Tensor::empty({C}, dt)), db(Tensor::empty({C}, dt)), mean(Tensor::empty({rows})),
+        rstd(Tensor::empty({rows})) {}
+};
+
+void BM_LayerNormForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor x = random_like({rows, C}, dt, 1), w = random_like({C}, dt, 2), b = random_like({C}, dt, 3);
-  const Tensor dy = random_like({rows, C}, dt, 4);
-  const Tensor y = Tensor::empty({rows, C}, dt), dx = Tensor::empty({rows, C}, dt);
-  const Tensor dw = Tensor::empty({C}, dt), db = Tensor::empty({C}, dt);
-  const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-  auto step = [&] {
-    kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
-    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
-  }
-  report(state, 5.0 * static_cast<double>(x.nbytes()), dt);
+  NormCase c(state.range(0), state.range(1), dt);
+  measure(state, 2.0 * c.x.nbytes(), dtype_name(dt),
+          [&] { kernels::layer_norm_forward(c.x, c.w, c.b, 1e-5f, c.y, c.mean, c.rstd); });
 }
 
-void BM_RmsNorm(benchmark::State& state) {
-  const std::int64_t rows = state.range(0), C = state.range(1);
+void BM_LayerNormBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor x = random_like({rows, C}, dt, 1), w = random_like({C}, dt, 2), dy = random_like({rows, C}, dt, 4);
-  const Tensor y = Tensor::empty({rows, C}, dt), dx = Tensor::empty({rows, C}, dt), dw = Tensor::empty({C}, dt);
-  const Tensor rstd = Tensor::empty({rows});
-  auto step = [&] {
-    kernels::rms_norm_forward(x, w, 1e-6f, y, rstd);
-    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
-  }
-  report(state, 5.0 * static_cast<double>(x.nbytes()), dt);
+  NormCase c(state.range(0), state.range(1), dt);
+  kernels::layer_norm_forward(c.x, c.w, c.b, 1e-5f, c.y, c.mean, c.rstd);
+  measure(state, 3.0 * c.x.nbytes(), dtype_name(dt),
+          [&] { kernels::layer_norm_backward(c.dy, c.x, c.w, c.mean, c.rstd, c.dx, c.dw, c.db); });
 }
 
-void BM_Softmax(benchmark::State& state) {
-  const std::int64_t rows = state.range(0), C = state.range(1);
+void BM_RmsNormForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor x = random_like({rows, C}, dt, 1), dy = random_like({rows, C}, dt, 2);
-  const Tensor y = Tensor::empty({rows, C}, dt), dx = Tensor::empty({rows, C}, dt);
-  auto step = [&] {
-    kernels::softmax_forward(x, y);
-    kernels::softmax_backward(y, dy, dx);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
-  }
-  report(state, 5.0 * static_cast<double>(x.nbytes()), dt);
+  NormCase c(state.range(0), state.range(1), dt);
+  measure(state, 2.0 * c.x.nbytes(), dtype_name(dt),
+          [&] { kernels::rms_norm_forward(c.x, c.w, 1e-6f, c.y, c.rstd); });
 }
 
-void BM_CrossEntropy(benchmark::State& state) {
-  const std::int64_t N = state.range(0), V = state.range(1);
+void BM_RmsNormBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor logits = random_like({N, V}, dt, 1);
-  std::vector<std::int64_t> t(static_cast<std::size_t>(N));
-  for (std::int64_t i = 0; i < N; ++i) t[i] = (i * 7919) % V;
-  const Tensor targets = Tensor::from_ints(t, {N});
-  const Tensor lse = Tensor::empty({N}), loss = Tensor::empty({}), count = Tensor::empty({});
-  const Tensor one = full({}, 1.0f), dlogits = Tensor::empty({N, V}, dt);
-  auto step = [&] {
-    kernels::cross_entropy_forward(logits, targets, -100, lse, loss, count);
-    kernels::cross_entropy_backward(logits, targets, -100, lse, count, one, dlogits);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
+  NormCase c(state.range(0), state.range(1), dt);
+  kernels::rms_norm_forward(c.x, c.w, 1e-6f, c.y, c.rstd);
+  measure(state, 3.0 * c.x.nbytes(), dtype_name(dt),
+          [&] { kernels::rms_norm_backward(c.dy, c.x, c.w, c.rstd, c.dx, c.dw); });
+}
+
+void BM_SoftmaxForward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  NormCase c(state.range(0), state.range(1), dt);
+  measure(state, 2.0 * c.x.nbytes(), dtype_name(dt), [&] { kernels::softmax_forward(c.x, c.y); });
+}
+
+void BM_SoftmaxBackward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  NormCase c(state.range(0), state.range(1), dt);
+  kernels::softmax_forward(c.x, c.y);
+  measure(state, 3.0 * c.x.nbytes(), dtype_name(dt), [&] { kernels::softmax_backward(c.y, c.dy, c.dx); });
+}
+
+struct CrossEntropyCase {
+  Tensor logits, targets, lse, loss, count, one, dlogits;
+  CrossEntropyCase(std::int64_t N, std::int64_t V, DType dt)
+      : logits(random_like({N, V}, dt, 1)), lse(Tensor::empty({N})), loss(Tensor::empty({})),
+        count(Tensor::empty({})), one(full({}, 1.0f)), dlogits(Tensor::empty({N, V}, dt)) {
+    std::vector<std::int64_t> t(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i) t[i] = (i * 7919) % V;
+    targets = Tensor::from_ints(t, {N});
   }
-  report(state, 3.0 * static_cast<double>(logits.nbytes()), dt);
+};
+
+void BM_CrossEntropyForward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  CrossEntropyCase c(state.range(0), state.range(1), dt);
+  measure(state, 1.0 * c.logits.nbytes(), dtype_name(dt),
+          [&] { kernels::cross_entropy_forward(c.logits, c.targets, -100, c.lse, c.loss, c.count); });
+}
+
+void BM_CrossEntropyBackward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  CrossEntropyCase c(state.range(0), state.range(1), dt);
+  kernels::cross_entropy_forward(c.logits, c.targets, -100, c.lse, c.loss, c.count);
+  measure(state, 2.0 * c.logits.nbytes(), dtype_name(dt), [&] {
+    kernels::cross_entropy_backward(c.logits, c.targets, -100, c.lse, c.count, c.one, c.dlogits);
+  });
+}
+
+// The MLP's activation runs on 4x the model width.
+void BM_GeluForward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor x = random_like({state.range(0), 4 * state.range(1)}, dt, 1);
+  measure(state, 2.0 * x.nbytes(), dtype_name(dt), [&] { kernels::activation_forward(kernels::Activation::gelu, x); });
+}
+
+void BM_GeluBackward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor x = random_like({state.range(0), 4 * state.range(1)}, dt, 1);
+  const Tensor g = random_like({state.range(0), 4 * state.range(1)}, dt, 2);
+  measure(state, 3.0 * x.nbytes(), dtype_name(dt),
+          [&] { kernels::activation_backward(kernels::Activation::gelu, x, g); });
+}
+
+void BM_ResidualAdd(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor a = random_like({state.range(0), state.range(1)}, dt, 1);
+  const Tensor b = random_like({state.range(0), state.range(1)}, dt, 2);
+  measure(state, 3.0 * a.nbytes(), dtype_name(dt), [&] { kernels::binary(kernels::BinaryOp::add, a, b); });
+}
+
+void BM_SwigluForward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor g = random_like({state.range(0), state.range(1)}, dt, 1);
+  const Tensor u = random_like({state.range(0), state.range(1)}, dt, 2);
+  measure(state, 3.0 * g.nbytes(), dtype_name(dt), [&] { kernels::swiglu_forward(g, u); });
+}
+
+void BM_SwigluBackward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor g = random_like({state.range(0), state.range(1)}, dt, 1);
+  const Tensor u = random_like({state.range(0), state.range(1)}, dt, 2);
+  const Tensor gr = random_like({state.range(0), state.range(1)}, dt, 3);
+  measure(state, 5.0 * g.nbytes(), dtype_name(dt), [&] {
+    Tensor dg, du;
+    kernels::swiglu_backward(g, u, gr, &dg, &du);
+  });
+}
+
+struct EmbeddingCase {
+  Tensor ids, weight, out, grad_out, grad_weight;
+  EmbeddingCase(std::int64_t tokens, std::int64_t V, std::int64_t C, DType dt)
+      : weight(random_like({V, C}, dt, 1)), out(Tensor::empty({tokens, C}, dt)),
+        grad_out(random_like({tokens, C}, dt, 2)), grad_weight(Tensor::empty({V, C}, DType::f32)) {
+    // Zipf-like ids: a few frequent tokens, as in text.
+    std::vector<std::int64_t> v(static_cast<std::size_t>(tokens));
+    std::uint64_t s = 7;
+    for (auto& id : v) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+      id = static_cast<std::int64_t>(std::pow(static_cast<double>(V), u)) - 1;
+    }
+    ids = Tensor::from_ints(v, {tokens}, DType::i32);
+  }
+};
+
+void BM_EmbeddingForward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  EmbeddingCase c(state.range(0), 50257, state.range(1), dt);
+  measure(state, 2.0 * c.out.nbytes(), dtype_name(dt), [&] { kernels::embedding_forward(c.ids, c.weight, c.out); });
+}
+
+void BM_EmbeddingBackward(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  EmbeddingCase c(state.range(0), 50257, state.range(1), dt);
+  measure(state, static_cast<double>(c.grad_out.nbytes() + c.grad_weight.nbytes()), dtype_name(dt),
+          [&] { kernels::embedding_backward(c.ids, c.grad_out, c.grad_weight); });
+}
+
+// GPT-2 124M's parameter tensors (12 blocks and the embeddings), one storage each.
+struct Gpt2Parameters : DistributedModule {
+  std::vector<std::unique_ptr<DistributedParameter>> params;
+  explicit Gpt2Parameters(DType dt) {
+    auto add = [&](const std::string& name, const Shape& shape) {
+      params.push_back(std::make_unique<DistributedParameter>(shape, dt, init::normal(0.02f)));
+      register_parameter(name, *params.back());
+    };
+    add("wte", {50257, 768});
+    add("wpe", {1024, 768});
+    for (int i = 0; i < 12; ++i) {
+      const std::string p = "h" + std::to_string(i) + ".";
+      for (const char* n : {"ln1.w", "ln1.b", "ln2.w", "ln2.b", "proj.b", "fc2.b"}) add(p + n, {768});
+      add(p + "qkv.w", {2304, 768});
+      add(p + "qkv.b", {2304});
+      add(p + "proj.w", {768, 768});
+      add(p + "fc.w", {3072, 768});
+      add(p + "fc.b", {3072});
+      add(p + "fc2.w", {768, 3072});
+    }
+    add("lnf.w", {768});
+    add("lnf.b", {768});
+  }
+};
+
+void BM_AdamW(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(0));
+  Gpt2Parameters model(dt);
+  init_parameters(model);
+  optim::AdamW adamw(model);
+  std::int64_t n = 0;
+  for (auto* s : adamw.storages()) n += s->shard_size();
+  const double per_element = dt == DType::f32 ? 28.0 : 30.0;
+  measure(state, per_element * static_cast<double>(n), dtype_name(dt), [&] { adamw.step(1e-4f, 1.0f); });
+  state.counters["params"] = static_cast<double>(n);
 }
 
 // Causal attention forward, [B, H, T, D]; reports the matmul FLOP rate (4 B H T^2 D / 2 causal).
@@ -164,24 +316,40 @@ void BM_AttentionForward(benchmark::State& state) {
   state.SetLabel(dtype_name(dt));
 }
 
-// rows, columns, dtype (0 = f32, 1 = bf16): GPT-2 small/XL widths and a Llama width.
+// rows, width, dtype (0 = f32, 1 = bf16): GPT-2 small, XL and a 2048 width.
 void row_sizes(benchmark::internal::Benchmark* b) {
   for (std::int64_t dt : {0, 1})
-    for (std::int64_t C : {768, 1600, 4096}) b->Args({4096, C, dt});
-  b->Unit(benchmark::kMicrosecond);
+    for (std::int64_t C : {768, 1600, 2048}) b->Args({kRows, C, dt});
+  b->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
 void vocab_sizes(benchmark::internal::Benchmark* b) {
-  for (std::int64_t dt : {0, 1}) b->Args({256, 50304, dt});
-  b->Unit(benchmark::kMillisecond);
+  for (std::int64_t dt : {0, 1}) b->Args({kVocabRows, 50257, dt});
+  b->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+
+void token_sizes(benchmark::internal::Benchmark* b) {
+  for (std::int64_t dt : {0, 1}) b->Args({kRows, 768, dt});
+  b->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
 BENCHMARK(BM_Copy)->Apply(row_sizes);
-BENCHMARK(BM_LayerNorm)->Apply(row_sizes);
-BENCHMARK(BM_RmsNorm)->Apply(row_sizes);
-BENCHMARK(BM_Softmax)->Apply(row_sizes);
-BENCHMARK(BM_Copy)->Apply(vocab_sizes);
-BENCHMARK(BM_CrossEntropy)->Apply(vocab_sizes);
+BENCHMARK(BM_LayerNormForward)->Apply(row_sizes);
+BENCHMARK(BM_LayerNormBackward)->Apply(row_sizes);
+BENCHMARK(BM_RmsNormForward)->Apply(row_sizes);
+BENCHMARK(BM_RmsNormBackward)->Apply(row_sizes);
+BENCHMARK(BM_SoftmaxForward)->Apply(row_sizes);
+BENCHMARK(BM_SoftmaxBackward)->Apply(row_sizes);
+BENCHMARK(BM_GeluForward)->Apply(row_sizes);
+BENCHMARK(BM_GeluBackward)->Apply(row_sizes);
+BENCHMARK(BM_ResidualAdd)->Apply(row_sizes);
+BENCHMARK(BM_SwigluForward)->Apply(row_sizes);
+BENCHMARK(BM_SwigluBackward)->Apply(row_sizes);
+BENCHMARK(BM_CrossEntropyForward)->Apply(vocab_sizes);
+BENCHMARK(BM_CrossEntropyBackward)->Apply(vocab_sizes);
+BENCHMARK(BM_EmbeddingForward)->Apply(token_sizes);
+BENCHMARK(BM_EmbeddingBackward)->Apply(token_sizes);
+BENCHMARK(BM_AdamW)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseManualTime();
 BENCHMARK(BM_AttentionForward)
     ->Args({12, 256, 64, 0})
     ->Args({12, 1024, 64, 0})
@@ -195,6 +363,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   bmt::DistributedGuard runtime(&argc, &argv);
+  std::printf("copy bandwidth (memory::copy, read + write): %.1f GB/s\n", copy_bandwidth() * 1e-9);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,8 +1,11 @@
 // One team per looked-up row: the threads of a team copy (forward) or atomically add (backward) the
-// C values of that row, so memory accesses along a row are contiguous on every backend.
+// C values of that row, so memory accesses along a row are contiguous on every backend. The CUDA
+// build takes contiguous calls to embedding_cuda.cpp first, whose backward has no atomics (the same
+// sums on every run).
 #include "bmtrain/kernels/embedding.hpp"
 
 #include "bmtrain/kernels/basic.hpp"
+#include "fast_path.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -63,6 +66,7 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
               op << ": expected an output of " << ids.numel() * weight.size(1) << " " << dtype_name(weight.dtype())
                  << " elements");
   if (out.numel() == 0) return;
+  if (fast::embedding_forward(ids, weight, out, bad)) return;
   BMT_DISPATCH_FLOAT(weight.dtype(), op, T, {
     BMT_DISPATCH_INDEX(ids.dtype(), op, I, { forward_kernel<T, I>(ids, weight, out, bad); });
   });
@@ -75,6 +79,7 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
   const std::int64_t V = grad_weight.size(0), C = grad_weight.size(1);
   BMT_REQUIRE(grad_out.defined() && grad_out.numel() == ids.numel() * C && is_floating(grad_out.dtype()),
               op << ": expected a floating output gradient of " << ids.numel() * C << " elements");
+  if (fast::embedding_backward(ids, grad_out, grad_weight)) return;
   const bool direct = grad_weight.dtype() == DType::f32;
   const Tensor acc = direct ? grad_weight : Tensor::empty(grad_weight.shape(), DType::f32);
   view1<float>(acc, op);  // contiguity check

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "fast_path.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -225,6 +226,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   BMT_REQUIRE(mean.defined(), op << ": expected a mean tensor to save the row statistics in");
   check_forward(x, weight, bias, y, mean, rstd, op);
   if (x.numel() == 0) return;
+  if (fast::norm_forward(x, weight, bias, eps, y, mean, rstd)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, true>(x, weight, bias, eps, y, mean, rstd, op); });
 }
 
@@ -237,6 +239,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     if (dbias.defined()) dbias.zero_();
     return;
   }
+  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, op);
     norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, op);
@@ -247,6 +250,7 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
   const char* op = "rms_norm";
   check_forward(x, weight, Tensor(), y, Tensor(), rstd, op);
   if (x.numel() == 0) return;
+  if (fast::norm_forward(x, weight, Tensor(), eps, y, Tensor(), rstd)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, false>(x, weight, Tensor(), eps, y, Tensor(), rstd, op); });
 }
 
@@ -258,6 +262,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     if (dweight.defined()) dweight.zero_();
     return;
   }
+  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor())) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, op);
     norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), op);

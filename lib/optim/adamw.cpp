@@ -8,6 +8,7 @@
 #include "bmtrain/kernels/math.hpp"
 #include "bmtrain/runtime/half.hpp"
 #include "bmtrain/tensor/memory.hpp"
+#include "adamw_fused.hpp"
 
 namespace bmt::optim {
 
@@ -75,9 +76,29 @@ void AdamW::step(float lr, float grad_scale) {
   const float bias1 = 1.0f - std::pow(options_.beta1, static_cast<float>(steps_));
   const float bias2 = 1.0f - std::pow(options_.beta2, static_cast<float>(steps_));
   if (options_.offload) return step_offloaded(lr, grad_scale, bias1, bias2);
-  for (std::size_t k = 0; k < storages_.size(); ++k) {
-    storages_[k]->settle();
-    step_device(k, lr, grad_scale, bias1, bias2);
+  for (ShardedStorage* s : storages_) s->settle();
+  // Every range of every shard, grouped by parameter dtype, goes to the backend's multi-tensor
+  // update (a few launches per step on CUDA, where one launch per range would be hundreds); a
+  // backend that declines gets the portable per-range kernel.
+  const fused::AdamWScalars scalars{lr, grad_scale, options_.beta1, options_.beta2, options_.eps, bias1, bias2};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    std::vector<fused::AdamWRange> group;
+    std::vector<std::size_t> members;
+    for (std::size_t k = 0; k < storages_.size(); ++k) {
+      ShardedStorage& s = *storages_[k];
+      if (s.dtype() != dtype) continue;
+      members.push_back(k);
+      State& st = state_[k];
+      const Tensor& master = st.master.defined() ? st.master : s.shard();
+      const std::size_t param_size = dtype_size(dtype);
+      for (const auto& r : ranges(k))
+        group.push_back({static_cast<char*>(s.shard().data()) + r.begin * param_size,
+                         master.data_as<float>() + r.begin, s.grad_shard().data_as<float>() + r.begin,
+                         st.exp_avg.data_as<float>() + r.begin, st.exp_avg_sq.data_as<float>() + r.begin,
+                         r.end - r.begin, r.weight_decay});
+    }
+    if (members.empty() || fused::adamw_step(dtype, group, scalars)) continue;
+    for (std::size_t k : members) step_device(k, lr, grad_scale, bias1, bias2);
   }
 }
 

@@ -94,6 +94,62 @@ TEST(AdamW, MatchesHostAdamWOnEveryWorldSize) {
   }
 }
 
+// Decay for the blocks' "w" and for "matrix", none for "b": two ranges per block storage.
+bool decay_w(const std::string& name, const bmt::Shape&) {
+  return name == "matrix" || (name.size() >= 2 && name.compare(name.size() - 2, 2, ".w") == 0);
+}
+
+// More ranges than one multi-tensor launch of the CUDA build takes (2 per block x 140 blocks),
+// and ranges several 4096-element tiles long whose lengths are not multiples of 4: the f32 master
+// of every element must match the host update, and bf16 shards must be the rounded master.
+TEST(AdamW, ManyAndLongRangesMatchHostAdamW) {
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
+    const std::int64_t d = 4999;
+    Model model(d, 140, dtype);
+    bmt::init_parameters(model);
+    bmt::optim::AdamWOptions opt;
+    opt.weight_decay = 0.1f;
+    opt.decay = decay_w;
+    bmt::optim::AdamW adamw(model, opt);
+    std::vector<std::vector<float>> w, m, v;
+    for (auto* s : adamw.storages()) {
+      w.push_back(gather_all(s->shard()));
+      m.emplace_back(w.back().size(), 0.0f);
+      v.emplace_back(w.back().size(), 0.0f);
+    }
+    const float lr = 0.05f, scale = 0.5f;
+    for (int step = 1; step <= 2; ++step) {
+      set_synthetic_grads(model, step);
+      adamw.step(lr, scale);
+      for (std::size_t k = 0; k < w.size(); ++k) {
+        auto* s = adamw.storages()[k];
+        for (const auto& e : s->entries()) {
+          const float wd = decay_w(e.name, e.parameter.shape()) ? 0.1f : 0.0f;
+          for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) {
+            const float g = synthetic_grad(j, step) * scale;
+            m[k][j] = 0.9f * m[k][j] + 0.1f * g;
+            v[k][j] = 0.999f * v[k][j] + 0.001f * g * g;
+            const float mh = m[k][j] / (1 - std::pow(0.9f, step)), vh = v[k][j] / (1 - std::pow(0.999f, step));
+            w[k][j] = w[k][j] * (1 - lr * wd) - lr * mh / (std::sqrt(vh) + 1e-8f);
+          }
+        }
+      }
+    }
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      auto* s = adamw.storages()[k];
+      const auto master = gather_all(adamw.state_of(*s)[0].second);
+      const auto shard = gather_all(s->shard());
+      for (const auto& e : s->entries())
+        for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) {
+          ASSERT_NEAR(master[j], w[k][j], 1e-5) << e.name << " " << bmt::dtype_name(dtype);
+          const float expected =
+              dtype == bmt::DType::f32 ? master[j] : bmt::bf16_t::to_float(bmt::bf16_t::from_float(master[j]));
+          ASSERT_EQ(shard[j], expected) << e.name;
+        }
+    }
+  }
+}
+
 TEST(SGD, MomentumMatchesHostReference) {
   Model model(19, 1);
   bmt::init_parameters(model);

@@ -1,0 +1,251 @@
+#pragma once
+// Device building blocks of the raw CUDA kernels (the *_cuda.cpp files behind fast_path.hpp):
+// the compute stream, float loads/stores of whole 2..32-byte packs of f32/bf16/f16 elements, warp
+// and row-team reductions in a fixed order (so results do not depend on scheduling), and a
+// grid-stride elementwise launcher. Only CUDA translation units include it.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+
+#include "bmtrain/kernels/common.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/cuda_check.hpp"
+
+namespace bmt::kernels::cuda {
+
+// Kernels go on the compute stream, where the Kokkos kernels and cuBLASLt calls also run, so the
+// two paths interleave in order. Without an initialized runtime there is no compute stream and the
+// callers keep to the Kokkos path.
+inline bool available() { return is_initialized(); }
+inline cudaStream_t stream() { return context().compute_stream().native(); }
+
+// Multiprocessors of the device this process uses (one device per process).
+inline int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    BMT_CUDA_CHECK(cudaGetDevice(&device));
+    BMT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
+inline bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+inline void check_launch() { BMT_CUDA_CHECK(cudaGetLastError()); }
+
+// ---- element conversions: widen to f32, round back once ----------------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float(static_cast<unsigned>(x.bits) << 16); }
+__device__ __forceinline__ float to_float(f16_t x) { return __half2float(__ushort_as_half(x.bits)); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+// bf16 uses the project's own rounding (the same bits as the host and Kokkos kernels, NaN included);
+// f16's hardware conversion is the same IEEE round-to-nearest-even as f16_t::from_float.
+template <>
+__device__ __forceinline__ bf16_t from_float<bf16_t>(float x) {
+  bf16_t r;
+  r.bits = bf16_t::from_float(x);
+  return r;
+}
+template <>
+__device__ __forceinline__ f16_t from_float<f16_t>(float x) {
+  f16_t r;
+  r.bits = __half_as_ushort(__float2half_rn(x));
+  return r;
+}
+
+// ---- packs: N consecutive elements moved with the widest loads their alignment allows ----------
+template <int kBytes>
+struct Word;
+template <>
+struct Word<2> {
+  using type = unsigned short;
+};
+template <>
+struct Word<4> {
+  using type = unsigned int;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+
+// The alignment (bytes) a pack of N elements of T needs: its size, at most 16.
+template <int N, class T>
+constexpr std::size_t pack_align() {
+  return N * sizeof(T) < 16 ? N * sizeof(T) : 16;
+}
+
+// f[k] = p[k] for k < N as floats; p aligned to pack_align<N, T>(). N is a power of two.
+template <int N, class T>
+__device__ __forceinline__ void load(const T* __restrict__ p, float (&f)[N]) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
+  using W = typename Word<kWordBytes>::type;
+  W w[kBytes / kWordBytes];
+#pragma unroll
+  for (int i = 0; i < kBytes / kWordBytes; ++i) w[i] = reinterpret_cast<const W*>(p)[i];
+  T t[N];
+  memcpy(t, w, kBytes);
+#pragma unroll
+  for (int k = 0; k < N; ++k) f[k] = to_float(t[k]);
+}
+
+// p[k] = f[k] for k < N, each rounded once to T.
+template <int N, class T>
+__device__ __forceinline__ void store(T* __restrict__ p, const float (&f)[N]) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
+  using W = typename Word<kWordBytes>::type;
+  T t[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) t[k] = from_float<T>(f[k]);
+  W w[kBytes / kWordBytes];
+  memcpy(w, t, kBytes);
+#pragma unroll
+  for (int i = 0; i < kBytes / kWordBytes; ++i) reinterpret_cast<W*>(p)[i] = w[i];
+}
+
+// Elements per 16-byte load of T.
+template <class T>
+constexpr int vec_of() {
+  return static_cast<int>(16 / sizeof(T));
+}
+
+// ---- reductions ---------------------------------------------------------------------------------
+struct SumOp {
+  __device__ __forceinline__ static float identity() { return 0.0f; }
+  __device__ __forceinline__ static float apply(float a, float b) { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ static float identity() { return -3.402823466e38f; }
+  __device__ __forceinline__ static float apply(float a, float b) { return a > b ? a : b; }
+};
+
+// Butterfly over the 32 lanes: every lane ends with the same value (each step adds two equal
+// partial sums in either order, and IEEE addition commutes).
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Rows are handled by teams of blockDim.x threads (a multiple of 32); a block holds blockDim.y
+// teams. The reduction over a team: warp butterflies, then (teams wider than a warp) the warps'
+// values through shared memory `buf` (32 floats per team), read back in warp order. Every thread
+// of the block must call it the same number of times.
+constexpr int kMaxTeamsPerBlock = 8;
+
+template <class Op>
+__device__ __forceinline__ float team_reduce(float v, float* buf) {
+  v = warp_reduce<Op>(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* mine = buf + threadIdx.y * 32;
+  if (lane == 0) mine[warp] = v;
+  __syncthreads();
+  v = lane < warps ? mine[lane] : Op::identity();
+  v = warp_reduce<Op>(v);
+  __syncthreads();  // buf is free for the next reduction
+  return v;
+}
+
+// How many threads share a row: the narrowest power-of-two team (at least a warp) in whose
+// registers the row's `packs` fit at `packs_per_thread` each, and how many teams a block holds.
+// Teams of up to 512 threads leave each thread 128 registers; a wider row gets threads == 0 and
+// goes to the portable kernels.
+constexpr int kRowBlockThreads = 256;
+constexpr int kMaxTeamThreads = 512;
+
+struct RowGeometry {
+  int threads = 0;  // blockDim.x
+  int teams = 0;    // blockDim.y
+};
+
+inline RowGeometry row_geometry(std::int64_t packs, int packs_per_thread) {
+  RowGeometry g;
+  int threads = 32;
+  while (static_cast<std::int64_t>(threads) * packs_per_thread < packs && threads < kMaxTeamThreads) threads *= 2;
+  if (static_cast<std::int64_t>(threads) * packs_per_thread < packs) return g;
+  g.threads = threads;
+  g.teams = std::max(1, std::min(kMaxTeamsPerBlock, kRowBlockThreads / threads));
+  return g;
+}
+
+inline bool contiguous_or_absent(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && !t->is_contiguous()) return false;
+  return true;
+}
+
+inline bool aligned_or_absent(std::initializer_list<const Tensor*> ts, std::size_t bytes = 16) {
+  for (const Tensor* t : ts)
+    if (t->defined() && !aligned(t->data(), bytes)) return false;
+  return true;
+}
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data()) : nullptr;
+}
+template <class T>
+T* mut_ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data()) : nullptr;
+}
+
+// ---- grid-stride elementwise launcher -----------------------------------------------------------
+// f.template apply<M>(i) handles elements [i, i + M). Whole packs of N go through apply<N> (the
+// caller checked that every operand is aligned for it), the last n % N elements through apply<1>.
+constexpr int kApplyThreads = 256;
+
+template <int N, class F>
+__global__ void __launch_bounds__(kApplyThreads) apply_kernel(std::int64_t n, F f) {
+  const std::int64_t packs = n / N;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t p = first; p < packs; p += stride) f.template apply<N>(p * N);
+  if (N > 1) {
+    const std::int64_t i = packs * N + first;
+    if (i < n) f.template apply<1>(i);
+  }
+}
+
+// Enough blocks to fill the device once (grid-stride loops take the rest).
+inline int grid_for(std::int64_t work_items, int threads) {
+  const std::int64_t wanted = (work_items + threads - 1) / threads;
+  const std::int64_t fill = static_cast<std::int64_t>(sm_count()) * (2048 / threads);
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, fill)));
+}
+
+template <int N, class F>
+void launch_apply(std::int64_t n, bool vector, const F& f) {
+  if (n <= 0) return;
+  if (vector && n >= N)
+    apply_kernel<N, F><<<grid_for(n / N, kApplyThreads), kApplyThreads, 0, stream()>>>(n, f);
+  else
+    apply_kernel<1, F><<<grid_for(n, kApplyThreads), kApplyThreads, 0, stream()>>>(n, f);
+  check_launch();
+}
+
+}  // namespace bmt::kernels::cuda

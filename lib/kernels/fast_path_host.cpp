@@ -1,0 +1,35 @@
+// Host side of the fast-path seam (fast_path.hpp): the portable Kokkos kernels are the fast path
+// on CPUs, so every call is declined.
+#include "fast_path.hpp"
+
+namespace bmt::kernels::fast {
+
+bool norm_forward(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&, const Tensor&, const Tensor&) {
+  return false;
+}
+bool norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                   const Tensor&, const Tensor&) {
+  return false;
+}
+bool softmax_forward(const Tensor&, const Tensor&) { return false; }
+bool softmax_backward(const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool cross_entropy_forward(const Tensor&, const Tensor&, std::int64_t, const Tensor&, const Tensor&, const Tensor&,
+                           BadIndexRecord) {
+  return false;
+}
+bool cross_entropy_backward(const Tensor&, const Tensor&, std::int64_t, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) {
+  return false;
+}
+bool binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool affine(const Tensor&, const Tensor&, float, float) { return false; }
+bool activation_forward(Activation, const Tensor&, const Tensor&) { return false; }
+bool activation_backward(Activation, const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool swiglu_forward(const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool swiglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool fill(const Tensor&, float) { return false; }
+bool copy(const Tensor&, const Tensor&, float, bool) { return false; }
+bool embedding_forward(const Tensor&, const Tensor&, const Tensor&, BadIndexRecord) { return false; }
+bool embedding_backward(const Tensor&, const Tensor&, const Tensor&) { return false; }
+
+}  // namespace bmt::kernels::fast

@@ -1,0 +1,337 @@
+// CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of threads (one warp for rows up to 1024
+// elements, up to 512 threads for wider ones) owns a row; each thread loads its
+// share with 16-byte loads and keeps it in registers, so the statistics and the normalization read
+// x from memory once. Row sums are f32, reduced by warp shuffles (and shared memory across warps)
+// in a fixed order.
+//
+// Backward does dx and the weight/bias gradients in one pass over (x, dy): each thread owns the
+// same columns in every row its team handles and accumulates dweight/dbias for them in registers;
+// a block folds its teams' sums in team order into one partial row per block, and a second small
+// kernel adds the partial rows in block order. No atomics, so the result is the same on every run.
+#include "bmtrain/runtime/cuda_check.hpp"
+#include "cuda_common.hpp"
+#include "fast_path.hpp"
+
+namespace bmt::kernels::fast {
+
+namespace {
+
+using namespace cuda;
+
+constexpr int kForwardValues = 32;   // floats of x a thread keeps in forward
+constexpr int kBackwardValues = 16;  // ... in backward, where x, dy and two column sums are kept
+
+template <class T, int kVec, int kPacks, bool kCentered>
+__global__ void __launch_bounds__(kMaxTeamThreads) norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                            const T* __restrict__ b, T* __restrict__ y,
+                                                            float* __restrict__ mean, float* __restrict__ rstd,
+                                                            std::int64_t rows, int C, float eps) {
+  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  const int packs = C / kVec;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  // Whole blocks step together (uniform trip count), since team_reduce synchronizes the block.
+  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+    const std::int64_t r = base + threadIdx.y;
+    const bool active = r < rows;
+    const T* xr = x + (active ? r : 0) * C;
+    float v[kPacks][kVec];
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (active && p < packs) {
+        load<kVec>(xr + p * kVec, v[k]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum += v[k][j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v[k][j] = 0.0f;
+      }
+    }
+    float mu = 0.0f;
+    if (kCentered) mu = team_reduce<SumOp>(sum, buf) * inv_c;
+    float sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if (threadIdx.x + k * blockDim.x < packs) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float d = v[k][j] - mu;
+          sq += d * d;
+        }
+      }
+    }
+    const float rs = 1.0f / sqrtf(team_reduce<SumOp>(sq, buf) * inv_c + eps);
+    if (!active) continue;
+    T* yr = y + r * C;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (p >= packs) continue;
+      float o[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) o[j] = (v[k][j] - mu) * rs;
+      if (w) {
+        float wv[kVec];
+        load<kVec>(w + p * kVec, wv);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) o[j] *= wv[j];
+      }
+      if (b) {
+        float bv[kVec];
+        load<kVec>(b + p * kVec, bv);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) o[j] += bv[j];
+      }
+      store<kVec>(yr + p * kVec, o);
+    }
+    if (threadIdx.x == 0) {
+      if (kCentered) mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, xhat = (x - mean) * rstd
+// (without centering the mean(g) term drops out); part_w/part_b[blockIdx.x][C] = this block's
+// sums over its rows of dy * xhat and dy.
+template <class T, int kVec, int kPacks, bool kCentered>
+__global__ void __launch_bounds__(kMaxTeamThreads)
+    norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                         const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
+                         float* __restrict__ part_w, float* __restrict__ part_b, std::int64_t rows, int C) {
+  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  extern __shared__ float columns[];  // [2][C] when a block holds several teams
+  const int packs = C / kVec;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float aw[kPacks][kVec], ab[kPacks][kVec];
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) aw[k][j] = ab[k][j] = 0.0f;
+
+  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
+       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+    const std::int64_t r = base + threadIdx.y;
+    const bool active = r < rows;
+    const std::int64_t off = (active ? r : 0) * C;
+    const float mu = kCentered && active ? mean[r] : 0.0f;
+    const float rs = active ? rstd[r] : 0.0f;
+    float xh[kPacks][kVec], g[kPacks][kVec];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (active && p < packs) {
+        float d[kVec];
+        load<kVec>(x + off + p * kVec, xh[k]);
+        load<kVec>(dy + off + p * kVec, d);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          xh[k][j] = (xh[k][j] - mu) * rs;
+          aw[k][j] += d[j] * xh[k][j];
+          ab[k][j] += d[j];
+          g[k][j] = d[j];
+        }
+        if (w) {
+          float wv[kVec];
+          load<kVec>(w + p * kVec, wv);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) g[k][j] *= wv[j];
+        }
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          sum_g += g[k][j];
+          sum_gx += g[k][j] * xh[k][j];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) xh[k][j] = g[k][j] = 0.0f;
+      }
+    }
+    if (!dx) continue;  // uniform: a kernel argument
+    const float mean_g = kCentered ? team_reduce<SumOp>(sum_g, buf) * inv_c : 0.0f;
+    const float mean_gx = team_reduce<SumOp>(sum_gx, buf) * inv_c;
+    if (!active) continue;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (p >= packs) continue;
+      float o[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) o[j] = rs * (g[k][j] - mean_g - xh[k][j] * mean_gx);
+      store<kVec>(dx + off + p * kVec, o);
+    }
+  }
+
+  if (!part_w && !part_b) return;
+  float* out_w = part_w ? part_w + static_cast<std::int64_t>(blockIdx.x) * C : nullptr;
+  float* out_b = part_b ? part_b + static_cast<std::int64_t>(blockIdx.x) * C : nullptr;
+  if (blockDim.y == 1) {
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (p >= packs) continue;
+      if (out_w) store<kVec>(out_w + p * kVec, aw[k]);
+      if (out_b) store<kVec>(out_b + p * kVec, ab[k]);
+    }
+    return;
+  }
+  // Several teams: fold them into shared memory one team after another (a fixed order).
+  for (int t = 0; t < static_cast<int>(blockDim.y); ++t) {
+    if (threadIdx.y == t) {
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p >= packs) continue;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const int c = p * kVec + j;
+          columns[c] = t == 0 ? aw[k][j] : columns[c] + aw[k][j];
+          columns[C + c] = t == 0 ? ab[k][j] : columns[C + c] + ab[k][j];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.y * blockDim.x + threadIdx.x; c < C; c += blockDim.x * blockDim.y) {
+    if (out_w) out_w[c] = columns[c];
+    if (out_b) out_b[c] = columns[C + c];
+  }
+}
+
+// dw[c] = sum over parts of part_w[part][c], in part order; likewise db. A block takes 32 columns;
+// its 16 thread rows each add a fixed slice of the parts, and the slices are added in order.
+constexpr int kSlices = 16;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kSlices)
+    column_sum_kernel(const float* __restrict__ part_w, const float* __restrict__ part_b, int parts, int C,
+                      T* __restrict__ dw, T* __restrict__ db) {
+  __shared__ float sw[kSlices][33], sb[kSlices][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const int per = (parts + kSlices - 1) / kSlices;
+  const int p0 = threadIdx.y * per, p1 = min(parts, p0 + per);
+  float a = 0.0f, b = 0.0f;
+  if (c < C) {
+    for (int p = p0; p < p1; ++p) {
+      if (part_w) a += part_w[static_cast<std::int64_t>(p) * C + c];
+      if (part_b) b += part_b[static_cast<std::int64_t>(p) * C + c];
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int s = 1; s < kSlices; ++s) {
+    a += sw[s][threadIdx.x];
+    b += sb[s][threadIdx.x];
+  }
+  if (dw) dw[c] = from_float<T>(a);
+  if (db) db[c] = from_float<T>(b);
+}
+
+template <class T, int kVec, bool kCentered>
+bool forward_launch(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd, std::int64_t rows, int C) {
+  constexpr int kPacks = kForwardValues / kVec;
+  const RowGeometry g = row_geometry(C / kVec, kPacks);
+  if (g.threads == 0) return false;
+  const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
+  const int blocks = static_cast<int>(std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * 64));
+  norm_forward_kernel<T, kVec, kPacks, kCentered><<<blocks, dim3(g.threads, g.teams), 0, stream()>>>(
+      static_cast<const T*>(x.data()), ptr_or_null<T>(weight), ptr_or_null<T>(bias), static_cast<T*>(y.data()),
+      mut_ptr_or_null<float>(mean), static_cast<float*>(rstd.data()), rows, C, eps);
+  check_launch();
+  return true;
+}
+
+template <class T, int kVec, bool kCentered>
+bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                     std::int64_t rows, int C) {
+  constexpr int kPacks = kBackwardValues / kVec;
+  const RowGeometry g = row_geometry(C / kVec, kPacks);
+  if (g.threads == 0) return false;
+  auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
+  const bool want_columns = dweight.defined() || dbias.defined();
+  const std::size_t shared = want_columns && g.teams > 1 ? 2 * static_cast<std::size_t>(C) * sizeof(float) : 0;
+  // One block per resident slot: every block's column sums cost a partial row, so no more blocks
+  // than fill the device once.
+  int per_sm = 0;
+  BMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads * g.teams, shared));
+  const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
+  const int blocks = static_cast<int>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * std::max(1, per_sm))));
+  Tensor partial = want_columns ? Tensor::empty({2, blocks, C}, DType::f32) : Tensor();
+  float* pw = dweight.defined() ? partial.data_as<float>() : nullptr;
+  float* pb = dbias.defined() ? partial.data_as<float>() + static_cast<std::int64_t>(blocks) * C : nullptr;
+  kernel<<<blocks, dim3(g.threads, g.teams), shared, stream()>>>(
+      static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), ptr_or_null<T>(weight),
+      kCentered ? static_cast<const float*>(mean.data()) : nullptr, static_cast<const float*>(rstd.data()),
+      mut_ptr_or_null<T>(dx), pw, pb, rows, C);
+  check_launch();
+  if (want_columns) {
+    column_sum_kernel<T><<<(C + 31) / 32, dim3(32, kSlices), 0, stream()>>>(pw, pb, blocks, C,
+                                                                           mut_ptr_or_null<T>(dweight),
+                                                                           mut_ptr_or_null<T>(dbias));
+    check_launch();
+  }
+  return true;
+}
+
+template <class T, bool kCentered>
+bool forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                   const Tensor& mean, const Tensor& rstd, std::int64_t rows, int C) {
+  constexpr int kVec = vec_of<T>();
+  if (C % kVec == 0 && aligned_or_absent({&x, &weight, &bias, &y}))
+    return forward_launch<T, kVec, kCentered>(x, weight, bias, eps, y, mean, rstd, rows, C);
+  return forward_launch<T, 1, kCentered>(x, weight, bias, eps, y, mean, rstd, rows, C);
+}
+
+template <class T, bool kCentered>
+bool backward_typed(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias, std::int64_t rows, int C) {
+  constexpr int kVec = vec_of<T>();
+  if (C % kVec == 0 && aligned_or_absent({&dy, &x, &weight, &dx}))
+    return backward_launch<T, kVec, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, C);
+  return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, C);
+}
+
+}  // namespace
+
+bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd) {
+  if (!available() || !contiguous_or_absent({&x, &weight, &bias, &y, &mean, &rstd})) return false;
+  if (rstd.dtype() != DType::f32 || (mean.defined() && mean.dtype() != DType::f32)) return false;
+  const std::int64_t C = x.size(-1);
+  if (C <= 0 || C > (1 << 20)) return false;
+  const std::int64_t rows = x.numel() / C;
+  const bool centered = mean.defined();
+  bool done = false;
+  BMT_DISPATCH_FLOAT(x.dtype(), "norm", T, {
+    done = centered ? forward_typed<T, true>(x, weight, bias, eps, y, mean, rstd, rows, static_cast<int>(C))
+                    : forward_typed<T, false>(x, weight, bias, eps, y, mean, rstd, rows, static_cast<int>(C));
+  });
+  return done;
+}
+
+bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  if (!available() || !contiguous_or_absent({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) return false;
+  if (rstd.dtype() != DType::f32 || (mean.defined() && mean.dtype() != DType::f32)) return false;
+  const std::int64_t C = x.size(-1);
+  if (C <= 0 || C > (1 << 20)) return false;
+  const std::int64_t rows = x.numel() / C;
+  const bool centered = mean.defined();
+  bool done = false;
+  BMT_DISPATCH_FLOAT(x.dtype(), "norm_backward", T, {
+    done = centered
+               ? backward_typed<T, true>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, static_cast<int>(C))
+               : backward_typed<T, false>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, static_cast<int>(C));
+  });
+  return done;
+}
+
+}  // namespace bmt::kernels::fast

@@ -1,0 +1,117 @@
+// CUDA side of the AdamW seam (adamw_fused.hpp): one multi-tensor launch updates up to kMaxRanges
+// ranges. The ranges travel as a kernel argument (a __grid_constant__ table of pointers, sizes and
+// each range's first block), so a step needs no host-to-device copy and no table kept on the
+// device. Each block updates 4096 consecutive elements of one range, found by a binary search over
+// the table's first-block column; f32 arrays move as float4, the parameters as 4-element packs.
+#include <cuda_runtime.h>
+
+#include "../kernels/cuda_common.hpp"
+#include "adamw_fused.hpp"
+
+namespace bmt::optim::fused {
+
+namespace {
+
+using namespace kernels::cuda;
+
+constexpr int kThreads = 256;
+constexpr int kSteps = 4;                              // float4 steps per thread
+constexpr int kBlockElements = kThreads * 4 * kSteps;  // 4096
+#if CUDART_VERSION >= 12010
+constexpr int kMaxRanges = 256;  // about 17 KB of kernel parameters (the limit is 32 KB since CUDA 12.1)
+#else
+constexpr int kMaxRanges = 48;  // within the older 4 KB limit
+#endif
+
+struct Table {
+  AdamWRange range[kMaxRanges];
+  std::int32_t first_block[kMaxRanges + 1];
+  int count;
+};
+
+template <class P, int M>
+__device__ __forceinline__ void update(const AdamWRange& r, const AdamWScalars& s, std::int64_t i) {
+  float g[M], m[M], v[M], w[M];
+  load<M>(r.grad + i, g);
+  load<M>(r.exp_avg + i, m);
+  load<M>(r.exp_avg_sq + i, v);
+  load<M>(r.master + i, w);
+#pragma unroll
+  for (int k = 0; k < M; ++k) {
+    // The same expressions as the portable kernel in adamw.cpp.
+    const float gi = g[k] * s.grad_scale;
+    const float mi = s.beta1 * m[k] + (1.0f - s.beta1) * gi;
+    const float vi = s.beta2 * v[k] + (1.0f - s.beta2) * gi * gi;
+    m[k] = mi;
+    v[k] = vi;
+    const float step = (mi / s.bias1) / (sqrtf(vi / s.bias2) + s.eps);
+    w[k] = w[k] * (1.0f - s.lr * r.weight_decay) - s.lr * step;
+  }
+  store<M>(r.exp_avg + i, m);
+  store<M>(r.exp_avg_sq + i, v);
+  store<M>(r.master + i, w);
+  if (static_cast<void*>(r.master) != r.param) store<M>(static_cast<P*>(r.param) + i, w);
+}
+
+template <class P>
+__global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ Table t, const AdamWScalars s) {
+  const std::int32_t b = static_cast<std::int32_t>(blockIdx.x);
+  int lo = 0, hi = t.count - 1;  // the last range whose first block is <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.first_block[mid] <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const AdamWRange& r = t.range[lo];
+  const std::int64_t begin = static_cast<std::int64_t>(b - t.first_block[lo]) * kBlockElements;
+  const std::int64_t end = begin + kBlockElements < r.n ? begin + kBlockElements : r.n;
+  const bool packs = aligned16(r.grad) && aligned16(r.exp_avg) && aligned16(r.exp_avg_sq) && aligned16(r.master) &&
+                     reinterpret_cast<std::uintptr_t>(r.param) % (4 * sizeof(P)) == 0;
+#pragma unroll
+  for (int st = 0; st < kSteps; ++st) {
+    const std::int64_t i = begin + (static_cast<std::int64_t>(st) * kThreads + threadIdx.x) * 4;
+    if (i >= end) break;
+    if (packs && i + 4 <= end) {
+      update<P, 4>(r, s, i);
+    } else {
+      for (std::int64_t j = i; j < end && j < i + 4; ++j) update<P, 1>(r, s, j);
+    }
+  }
+}
+
+template <class P>
+void launch_all(const std::vector<AdamWRange>& ranges, const AdamWScalars& s) {
+  Table t;  // ~17 KB: one table reused for every launch
+  t.count = 0;
+  std::int64_t blocks = 0;
+  auto flush = [&] {
+    if (t.count == 0) return;
+    t.first_block[t.count] = static_cast<std::int32_t>(blocks);
+    adamw_kernel<P><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(t, s);
+    check_launch();
+    t.count = 0;
+    blocks = 0;
+  };
+  for (const AdamWRange& r : ranges) {
+    if (r.n <= 0) continue;
+    const std::int64_t need = (r.n + kBlockElements - 1) / kBlockElements;
+    if (t.count == kMaxRanges || blocks + need > 0x7fffffff) flush();
+    t.range[t.count] = r;
+    t.first_block[t.count] = static_cast<std::int32_t>(blocks);
+    blocks += need;
+    ++t.count;
+  }
+  flush();
+}
+
+}  // namespace
+
+bool adamw_step(DType param_dtype, const std::vector<AdamWRange>& ranges, const AdamWScalars& s) {
+  if (!available() || !is_floating(param_dtype)) return false;
+  BMT_DISPATCH_FLOAT(param_dtype, "AdamW", P, { launch_all<P>(ranges, s); });
+  return true;
+}
+
+}  // namespace bmt::optim::fused

@@ -1,0 +1,33 @@
+#pragma once
+// The backend seam of AdamW's device update: on the CUDA build (adamw_cuda.cpp) one multi-tensor
+// kernel updates every range of every shard of a step, taking the ranges' pointers as kernel
+// arguments (a few hundred per launch); on the host build (adamw_host.cpp) the call is declined and
+// AdamW runs its portable Kokkos kernel per range.
+#include <cstdint>
+#include <vector>
+
+#include "bmtrain/runtime/dtype.hpp"
+
+namespace bmt::optim::fused {
+
+// One contiguous range of a shard: parameters in the shard's dtype, f32 master (the parameters
+// themselves when they are f32), f32 gradient and moments, all offset to the range's first element.
+struct AdamWRange {
+  void* param;
+  float* master;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  std::int64_t n;
+  float weight_decay;
+};
+
+struct AdamWScalars {
+  float lr, grad_scale, beta1, beta2, eps, bias1, bias2;
+};
+
+// Queues the update of every range (parameters of dtype `param_dtype`) on the compute stream;
+// false when the backend leaves it to the portable kernel.
+bool adamw_step(DType param_dtype, const std::vector<AdamWRange>& ranges, const AdamWScalars& s);
+
+}  // namespace bmt::optim::fused

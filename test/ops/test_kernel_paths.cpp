@@ -1,0 +1,363 @@
+// The memory-bound kernels at the sizes and layouts that select each of their code paths, against
+// float64 host references, in f32 and bf16. On the CUDA build these reach the raw CUDA kernels
+// behind lib/kernels/fast_path.hpp: 16-byte packs (widths divisible by 8), element-wise loads (odd
+// widths, operands that start off a 16-byte boundary), one warp or a wider team per row, rows too
+// wide for registers (the portable kernels), a vocabulary row that starts anywhere (50257), and the
+// deterministic embedding gradient (bitwise equal on a second run). On the host build the same
+// checks hold for the portable kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/cross_entropy.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/embedding.hpp"
+#include "bmtrain/kernels/norm.hpp"
+#include "bmtrain/kernels/softmax.hpp"
+#include "gradcheck.hpp"
+#include "reference_check.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::random_floats;
+using testing::rounded_to;
+
+const DType kDtypes[] = {DType::f32, DType::bf16};
+
+// A contiguous tensor holding `v` whose first element sits `offset` elements into its storage, so
+// that offset 1 starts off a 16-byte boundary.
+Tensor make(const std::vector<float>& v, const Shape& shape, DType dt, std::int64_t offset = 0) {
+  std::vector<float> padded(static_cast<std::size_t>(offset), 0.0f);
+  padded.insert(padded.end(), v.begin(), v.end());
+  const std::int64_t n = static_cast<std::int64_t>(v.size());
+  return Tensor::from_floats(padded, {n + offset}, dt).slice(0, offset, offset + n).view(shape);
+}
+
+// An uninitialized contiguous tensor of `shape` starting `offset` elements into its storage.
+Tensor make_empty(const Shape& shape, DType dt, std::int64_t offset = 0) {
+  const std::int64_t n = numel_of(shape);
+  return Tensor::empty({n + offset}, dt).slice(0, offset, offset + n).view(shape);
+}
+
+// Every element within tol = atol + rtol * |expected|, with atol relative to the root mean square
+// of the expected values: f32 results carry f32 rounding, bf16 ones one rounding to 8 bits.
+void check(const Tensor& t, const std::vector<double>& expected, DType dt, const std::string& what) {
+  double ms = 0;
+  for (double e : expected) ms += e * e;
+  const double rms = expected.empty() ? 0.0 : std::sqrt(ms / static_cast<double>(expected.size()));
+  const double rel = dt == DType::f32 ? 2e-5 : 1e-2;
+  testing::expect_close(t.to_host_floats(), expected, rel * rms + 1e-30, rel, what + " " + dtype_name(dt));
+}
+
+std::string describe(std::int64_t rows, std::int64_t C, std::int64_t offset = 0) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(C) + "]" + (offset ? " offset " + std::to_string(offset) : "");
+}
+
+// ---- LayerNorm / RMSNorm ----------------------------------------------------------------------
+
+struct NormRef {
+  std::vector<double> y, dx, dw, db;
+};
+
+NormRef norm_ref(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                 const std::vector<float>& dy, std::int64_t C, double eps, bool centered) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / C;
+  NormRef r;
+  r.dw.assign(C, 0.0);
+  r.db.assign(C, 0.0);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* xr = &x[i * C];
+    const float* gr = &dy[i * C];
+    double mu = 0, var = 0;
+    if (centered) {
+      for (std::int64_t j = 0; j < C; ++j) mu += xr[j];
+      mu /= C;
+    }
+    for (std::int64_t j = 0; j < C; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    const double rs = 1.0 / std::sqrt(var / C + eps);
+    double mean_g = 0, mean_gx = 0;
+    std::vector<double> g(C), xh(C);
+    for (std::int64_t j = 0; j < C; ++j) {
+      xh[j] = (xr[j] - mu) * rs;
+      r.y.push_back(xh[j] * (w.empty() ? 1.0 : w[j]) + (b.empty() ? 0.0 : b[j]));
+      g[j] = gr[j] * (w.empty() ? 1.0 : w[j]);
+      mean_g += g[j];
+      mean_gx += g[j] * xh[j];
+      r.dw[j] += gr[j] * xh[j];
+      r.db[j] += gr[j];
+    }
+    mean_g = centered ? mean_g / C : 0.0;
+    mean_gx /= C;
+    for (std::int64_t j = 0; j < C; ++j) r.dx.push_back(rs * (g[j] - mean_g - xh[j] * mean_gx));
+  }
+  return r;
+}
+
+void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, bool affine, std::int64_t offset,
+              bool want_dx, std::uint32_t seed) {
+  const std::string what = std::string(centered ? "layer_norm " : "rms_norm ") + describe(rows, C, offset) +
+                           (affine ? "" : " no affine") + (want_dx ? "" : " no dx");
+  // An offset mean checks that the variance is not E[x^2] - E[x]^2.
+  const auto xv = rounded_to(random_floats(rows * C, seed, 1.0f, 3.0f), dt);
+  const auto wv = affine ? rounded_to(random_floats(C, seed + 1, 0.5f, 1.5f), dt) : std::vector<float>();
+  const auto bv = affine && centered ? rounded_to(random_floats(C, seed + 2), dt) : std::vector<float>();
+  const auto gv = rounded_to(random_floats(rows * C, seed + 3), dt);
+  const Tensor x = make(xv, {rows, C}, dt, offset), dy = make(gv, {rows, C}, dt, offset);
+  const Tensor w = affine ? make(wv, {C}, dt) : Tensor(), b = bv.empty() ? Tensor() : make(bv, {C}, dt);
+  const Tensor y = make_empty({rows, C}, dt, offset), dx = want_dx ? make_empty({rows, C}, dt, offset) : Tensor();
+  const Tensor mean = centered ? Tensor::empty({rows}) : Tensor(), rstd = Tensor::empty({rows});
+  const Tensor dw = affine ? Tensor::empty({C}, dt) : Tensor(), db = bv.empty() ? Tensor() : Tensor::empty({C}, dt);
+  if (centered) {
+    kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+  } else {
+    kernels::rms_norm_forward(x, w, 1e-5f, y, rstd);
+    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw);
+  }
+  const NormRef ref = norm_ref(xv, wv, bv, gv, C, 1e-5, centered);
+  check(y, ref.y, dt, what + " y");
+  if (want_dx) check(dx, ref.dx, dt, what + " dx");
+  if (dw.defined()) check(dw, ref.dw, dt, what + " dweight");
+  if (db.defined()) check(db, ref.db, dt, what + " dbias");
+}
+
+TEST(KernelPaths, NormsAtEveryRowWidth) {
+  std::uint32_t seed = 10;
+  // 768/1600/2048: GPT-2 widths (one warp, 64 and 128 threads a row); 8192: the widest row kept in
+  // registers in backward; 12000: forward in registers, backward portable; 20000: portable; 100 and
+  // 7: widths that take element-wise loads.
+  for (DType dt : kDtypes)
+    for (std::int64_t C : {768, 1600, 2048, 8192, 12000, 20000, 100, 7})
+      for (bool centered : {true, false}) run_norm(centered, 37, C, dt, true, 0, true, seed++);
+}
+
+TEST(KernelPaths, NormsWithoutAffineOffsetOrDx) {
+  std::uint32_t seed = 100;
+  for (DType dt : kDtypes)
+    for (bool centered : {true, false}) {
+      run_norm(centered, 70, 768, dt, false, 0, true, seed++);  // no weight, no bias
+      run_norm(centered, 70, 768, dt, true, 1, true, seed++);   // rows off a 16-byte boundary
+      run_norm(centered, 70, 768, dt, true, 0, false, seed++);  // parameter gradients only
+      run_norm(centered, 1, 1600, dt, true, 0, true, seed++);   // a single row
+      run_norm(centered, 3000, 64, dt, true, 0, true, seed++);  // many rows: many blocks' column sums
+    }
+}
+
+// ---- softmax ----------------------------------------------------------------------------------
+
+TEST(KernelPaths, SoftmaxAtEveryRowWidth) {
+  std::uint32_t seed = 200;
+  for (DType dt : kDtypes)
+    for (std::int64_t C : {1024, 4000, 50, 20000}) {
+      const std::int64_t rows = 19;
+      const auto xv = rounded_to(random_floats(rows * C, seed++, -4.0f, 4.0f), dt);
+      const auto gv = rounded_to(random_floats(rows * C, seed++), dt);
+      const Tensor x = make(xv, {rows, C}, dt), y = make_empty({rows, C}, dt);
+      kernels::softmax_forward(x, y);
+      // Backward from the kernel's own y (as autograd runs it), against float64 math on that y.
+      const auto yv = y.to_host_floats();
+      const Tensor dy = make(gv, {rows, C}, dt), dx = make_empty({rows, C}, dt);
+      kernels::softmax_backward(y, dy, dx);
+      std::vector<double> ref_y, ref_dx;
+      for (std::int64_t i = 0; i < rows; ++i) {
+        double m = -1e300, s = 0, dot = 0;
+        for (std::int64_t j = 0; j < C; ++j) m = std::max(m, static_cast<double>(xv[i * C + j]));
+        for (std::int64_t j = 0; j < C; ++j) s += std::exp(xv[i * C + j] - m);
+        for (std::int64_t j = 0; j < C; ++j) ref_y.push_back(std::exp(xv[i * C + j] - m) / s);
+        for (std::int64_t j = 0; j < C; ++j) dot += static_cast<double>(gv[i * C + j]) * yv[i * C + j];
+        for (std::int64_t j = 0; j < C; ++j) ref_dx.push_back(yv[i * C + j] * (gv[i * C + j] - dot));
+      }
+      check(y, ref_y, dt, "softmax " + describe(rows, C));
+      check(dx, ref_dx, dt, "softmax backward " + describe(rows, C));
+    }
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+TEST(KernelPaths, CrossEntropyAtGpt2Vocabulary) {
+  std::uint32_t seed = 300;
+  for (DType dt : kDtypes)
+    for (std::int64_t V : {50257, 1000, 3})
+      for (DType it : {DType::i64, DType::i32})
+        for (std::int64_t offset : {0, 1}) {  // offset: dlogits off the logits' 16-byte phase
+          const std::int64_t N = 24;
+          const std::string what = "cross_entropy " + describe(N, V, offset) + " " + dtype_name(it);
+          const auto xv = rounded_to(random_floats(N * V, seed++, -6.0f, 6.0f), dt);
+          std::vector<std::int64_t> t(N);
+          for (std::int64_t i = 0; i < N; ++i) t[i] = i % 5 == 3 ? -100 : (i * 7919 + 13) % V;
+          const Tensor logits = make(xv, {N, V}, dt), targets = Tensor::from_ints(t, {N}, it);
+          const Tensor lse = Tensor::empty({N}), loss = Tensor::empty({}), count = Tensor::empty({});
+          kernels::cross_entropy_forward(logits, targets, -100, lse, loss, count);
+          const Tensor grad = full({}, 1.5f), dlogits = make_empty({N, V}, dt, offset);
+          kernels::cross_entropy_backward(logits, targets, -100, lse, count, grad, dlogits);
+          std::vector<double> ref_lse, ref_dx;
+          double total = 0, n = 0;
+          for (std::int64_t i = 0; i < N; ++i) {
+            double m = -1e300, s = 0;
+            for (std::int64_t j = 0; j < V; ++j) m = std::max(m, static_cast<double>(xv[i * V + j]));
+            for (std::int64_t j = 0; j < V; ++j) s += std::exp(xv[i * V + j] - m);
+            ref_lse.push_back(m + std::log(s));
+            if (t[i] != -100) {
+              total += ref_lse.back() - xv[i * V + t[i]];
+              n += 1;
+            }
+          }
+          for (std::int64_t i = 0; i < N; ++i)
+            for (std::int64_t j = 0; j < V; ++j)
+              ref_dx.push_back(t[i] == -100 ? 0.0
+                                            : 1.5 / n * (std::exp(xv[i * V + j] - ref_lse[i]) - (j == t[i] ? 1.0 : 0.0)));
+          check(lse, ref_lse, DType::f32, what + " lse");
+          check(loss, {total / n}, DType::f32, what + " loss");
+          check(count, {n}, DType::f32, what + " count");
+          check(dlogits, ref_dx, dt, what + " dlogits");
+        }
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_grad_ref(double x) {
+  const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = std::tanh(u);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+}
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+TEST(KernelPaths, ElementwiseAtEveryLengthAndPhase) {
+  std::uint32_t seed = 400;
+  // 1000003: packs and a tail; 8: one pack; 7: tail only. Offset 1 takes element-wise loads.
+  for (DType dt : kDtypes)
+    for (std::int64_t n : {1000003, 8, 7})
+      for (std::int64_t offset : {0, 1}) {
+        const std::string what = "n " + std::to_string(n) + " offset " + std::to_string(offset);
+        const auto av = rounded_to(random_floats(n, seed++, -3.0f, 3.0f), dt);
+        const auto bv = rounded_to(random_floats(n, seed++, -3.0f, 3.0f), dt);
+        const Tensor a = make(av, {n}, dt, offset), b = make(bv, {n}, dt);
+        std::vector<double> add, sub, mul, aff, gelu, dgelu, silu, dsilu, relu, drelu, swi, dgate, dup;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double x = av[i], y = bv[i], s = sigmoid(x);
+          add.push_back(x + y);
+          sub.push_back(x - y);
+          mul.push_back(x * y);
+          aff.push_back(0.5 * x - 2.0);
+          gelu.push_back(gelu_ref(x));
+          dgelu.push_back(y * gelu_grad_ref(x));
+          silu.push_back(x * s);
+          dsilu.push_back(y * s * (1 + x * (1 - s)));
+          relu.push_back(x > 0 ? x : 0);
+          drelu.push_back(x > 0 ? y : 0);
+          swi.push_back(x * s * y);
+          dgate.push_back(1.5 * y * s * (1 + x * (1 - s)));  // grad 1.5 everywhere
+          dup.push_back(1.5 * x * s);
+        }
+        check(kernels::binary(kernels::BinaryOp::add, a, b), add, dt, "add " + what);
+        check(kernels::binary(kernels::BinaryOp::sub, a, b), sub, dt, "sub " + what);
+        check(kernels::binary(kernels::BinaryOp::mul, a, b), mul, dt, "mul " + what);
+        check(kernels::affine(a, 0.5f, -2.0f), aff, dt, "affine " + what);
+        check(kernels::activation_forward(kernels::Activation::gelu, a), gelu, dt, "gelu " + what);
+        check(kernels::activation_backward(kernels::Activation::gelu, a, b), dgelu, dt, "gelu backward " + what);
+        check(kernels::activation_forward(kernels::Activation::silu, a), silu, dt, "silu " + what);
+        check(kernels::activation_backward(kernels::Activation::silu, a, b), dsilu, dt, "silu backward " + what);
+        check(kernels::activation_forward(kernels::Activation::relu, a), relu, dt, "relu " + what);
+        check(kernels::activation_backward(kernels::Activation::relu, a, b), drelu, dt, "relu backward " + what);
+        check(kernels::swiglu_forward(a, b), swi, dt, "swiglu " + what);
+        Tensor dg, du;
+        kernels::swiglu_backward(a, b, full_like(a, 1.5f), &dg, &du);
+        check(dg, dgate, dt, "swiglu d_gate " + what);
+        check(du, dup, dt, "swiglu d_up " + what);
+        Tensor only_up;
+        kernels::swiglu_backward(a, b, full_like(a, 1.5f), nullptr, &only_up);
+        check(only_up, dup, dt, "swiglu d_up alone " + what);
+      }
+}
+
+TEST(KernelPaths, BroadcastRowOperand) {
+  std::uint32_t seed = 500;
+  for (DType dt : kDtypes)
+    for (std::int64_t C : {768, 100}) {  // 100: a period that is not a whole number of packs
+      const std::int64_t rows = 33;
+      const auto av = rounded_to(random_floats(rows * C, seed++), dt), bv = rounded_to(random_floats(C, seed++), dt);
+      const Tensor a = make(av, {rows, C}, dt), b = make(bv, {C}, dt);
+      std::vector<double> sum, diff;
+      for (std::int64_t i = 0; i < rows * C; ++i) {
+        sum.push_back(static_cast<double>(av[i]) + bv[i % C]);
+        diff.push_back(static_cast<double>(bv[i % C]) - av[i]);
+      }
+      check(kernels::binary(kernels::BinaryOp::add, a, b), sum, dt, "row broadcast add " + describe(rows, C));
+      check(kernels::binary(kernels::BinaryOp::sub, b, a), diff, dt, "row broadcast sub " + describe(rows, C));
+    }
+}
+
+TEST(KernelPaths, FillCastAccumulateScale) {
+  std::uint32_t seed = 600;
+  for (std::int64_t n : {1000003, 5})
+    for (std::int64_t offset : {0, 1}) {
+      const std::string what = "n " + std::to_string(n) + " offset " + std::to_string(offset);
+      const auto v = random_floats(n, seed++, -2.0f, 2.0f), u = random_floats(n, seed++, -2.0f, 2.0f);
+      const auto vb = rounded_to(v, DType::bf16);
+      std::vector<double> filled(n, 0.25), acc, scaled;
+      for (std::int64_t i = 0; i < n; ++i) {
+        acc.push_back(static_cast<double>(u[i]) + 0.5 * static_cast<double>(vb[i]));
+        scaled.push_back(-3.0 * static_cast<double>(v[i]));
+      }
+      const Tensor f32 = make(v, {n}, DType::f32, offset);
+      const Tensor to_bf16 = make_empty({n}, DType::bf16, offset);
+      copy_into(to_bf16, f32);  // f32 -> bf16: 8-element packs
+      EXPECT_EQ(to_bf16.to_host_floats(), vb) << "cast to bf16 " << what;
+      const Tensor back = make_empty({n}, DType::f32, 1 - offset);
+      copy_into(back, to_bf16);  // bf16 -> f32, the other phase
+      EXPECT_EQ(back.to_host_floats(), vb) << "cast to f32 " << what;
+      const Tensor sum = make(u, {n}, DType::f32, offset);
+      add_(sum, to_bf16, 0.5f);
+      check(sum, acc, DType::f32, "add_ " + what);
+      const Tensor s = make(v, {n}, DType::f32, offset);
+      scale_(s, -3.0f);
+      check(s, scaled, DType::f32, "scale_ " + what);
+      const Tensor fb = make_empty({n}, DType::bf16, offset);
+      fill_(fb, 0.25f);
+      check(fb, filled, DType::bf16, "fill_ " + what);
+      EXPECT_EQ(cast(f32, DType::bf16).to_host_floats(), vb) << "cast " << what;
+    }
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+TEST(KernelPaths, EmbeddingGradientIsExactAndRepeatable) {
+  std::uint32_t seed = 700;
+  const std::int64_t V = 1000, tokens = 4099;
+  for (std::int64_t C : {768, 100})
+    for (DType dt : kDtypes)
+      for (DType grad_dt : {DType::f32, DType::bf16})
+        for (DType it : {DType::i32, DType::i64}) {
+          const std::string what = "embedding C " + std::to_string(C) + " " + dtype_name(dt) + " grad " +
+                                   dtype_name(grad_dt) + " ids " + dtype_name(it);
+          // Half of the tokens share one id (a long run to add), the rest spread over the table.
+          std::vector<std::int64_t> ids(tokens);
+          for (std::int64_t i = 0; i < tokens; ++i) ids[i] = i % 2 ? 7 : (i * 7919 + 3) % V;
+          const auto table = rounded_to(random_floats(V * C, seed++), dt);
+          const auto gv = rounded_to(random_floats(tokens * C, seed++), dt);
+          const Tensor id_t = Tensor::from_ints(ids, {tokens}, it);
+          const Tensor out = Tensor::empty({tokens, C}, dt);
+          kernels::embedding_forward(id_t, make(table, {V, C}, dt), out);
+          std::vector<double> ref_out, ref_grad(static_cast<std::size_t>(V * C), 0.0);
+          for (std::int64_t i = 0; i < tokens; ++i)
+            for (std::int64_t c = 0; c < C; ++c) {
+              ref_out.push_back(table[ids[i] * C + c]);
+              ref_grad[ids[i] * C + c] += gv[i * C + c];
+            }
+          EXPECT_EQ(out.to_host_floats(), std::vector<float>(ref_out.begin(), ref_out.end())) << what;
+          const Tensor grad_out = make(gv, {tokens, C}, dt);
+          const Tensor g1 = Tensor::empty({V, C}, grad_dt), g2 = Tensor::empty({V, C}, grad_dt);
+          kernels::embedding_backward(id_t, grad_out, g1);
+          kernels::embedding_backward(id_t, grad_out, g2);
+          // The run of 2050 tokens with id 7 sums in f32: allow its rounding.
+          check(g1, ref_grad, grad_dt == DType::f32 && dt == DType::f32 ? DType::f32 : DType::bf16, what);
+          EXPECT_EQ(g1.to_host_floats(), g2.to_host_floats()) << what << ": two runs differ";
+        }
+}
+
+}  // namespace
+}  // namespace bmt
