@@ -268,17 +268,17 @@ struct Gpt2Parameters : DistributedModule {
     add("wte", {50257, 768});
     add("wpe", {1024, 768});
     for (int i = 0; i < 12; ++i) {
-      const std::string p = "h" + std::to_string(i) + ".";
-      for (const char* n : {"ln1.w", "ln1.b", "ln2.w", "ln2.b", "proj.b", "fc2.b"}) add(p + n, {768});
-      add(p + "qkv.w", {2304, 768});
-      add(p + "qkv.b", {2304});
-      add(p + "proj.w", {768, 768});
-      add(p + "fc.w", {3072, 768});
-      add(p + "fc.b", {3072});
-      add(p + "fc2.w", {768, 3072});
+      const std::string p = "h" + std::to_string(i) + "_";
+      for (const char* n : {"ln1_w", "ln1_b", "ln2_w", "ln2_b", "proj_b", "fc2_b"}) add(p + n, {768});
+      add(p + "qkv_w", {2304, 768});
+      add(p + "qkv_b", {2304});
+      add(p + "proj_w", {768, 768});
+      add(p + "fc_w", {3072, 768});
+      add(p + "fc_b", {3072});
+      add(p + "fc2_w", {768, 3072});
     }
-    add("lnf.w", {768});
-    add("lnf.b", {768});
+    add("lnf_w", {768});
+    add("lnf_b", {768});
   }
 };
 

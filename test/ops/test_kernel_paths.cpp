@@ -1,5 +1,5 @@
 // The memory-bound kernels at the sizes and layouts that select each of their code paths, against
-// float64 host references, in f32 and bf16. On the CUDA build these reach the raw CUDA kernels
+// float64 host references, in f32, bf16 and f16. On the CUDA build these reach the raw CUDA kernels
 // behind lib/kernels/fast_path.hpp: 16-byte packs (widths divisible by 8), element-wise loads (odd
 // widths, operands that start off a 16-byte boundary), one warp or a wider team per row, rows too
 // wide for registers (the portable kernels), a vocabulary row that starts anywhere (50257), and the
@@ -26,7 +26,7 @@ namespace {
 using testing::random_floats;
 using testing::rounded_to;
 
-const DType kDtypes[] = {DType::f32, DType::bf16};
+const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
 // A contiguous tensor holding `v` whose first element sits `offset` elements into its storage, so
 // that offset 1 starts off a 16-byte boundary.
