@@ -112,6 +112,9 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   app.add_flag("--progress", o.progress, "Show the live progress bar (default: only on an interactive terminal "
                                          "outside an MPI launcher)");
   app.add_flag("--no-progress", o.no_progress, "Never show the progress bar");
+  app.add_option("--timeline", o.timeline, "Write a per-stream timeline of the blocks' compute, gathers and "
+                                           "reduce-scatters as a Chrome trace (one file per rank: trace.json -> "
+                                           "trace.rank0.json; open in ui.perfetto.dev)");
 
   try {
     app.parse(argc, argv);

@@ -49,13 +49,14 @@ struct TrainOptions {
   std::string resume;
   bool progress = false;     // force the progress bar on
   bool no_progress = false;  // force it off (default: on for an interactive terminal)
+  std::string timeline;      // per-stream Chrome trace, one file per rank (bmt::timeline)
 
   ModelConfig model_config() const;
 };
 
 // The options every rank must share, with the model they describe, as `key=value` items for
-// bmt::agree_on_configuration. Options that only shape one rank's output (progress, log, metrics and
-// plot paths) are left out.
+// bmt::agree_on_configuration. Options that only shape one rank's output (progress, log, metrics,
+// plot and timeline paths) are left out.
 std::string shared_description(const TrainOptions& options, const ModelConfig& config);
 
 // Parses argv. On --help, prints the help on rank 0 and returns false with exit_code 0; on bad

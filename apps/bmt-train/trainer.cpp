@@ -8,6 +8,8 @@
 #include <bmtrain/io/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
+#include <bmtrain/runtime/timeline.hpp>
+#include <bmtrain/tensor/memory.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -177,6 +180,59 @@ class ProgressBar {
   bool on_;
   bool shown_ = false;
 };
+
+// Copies token ids to the device without a host wait. Tensor::from_host returns only once the
+// compute stream has drained (on CUDA it synchronizes the stream after the copy), so each upload
+// would hold the host until the previous step's optimizer had run, and the device would idle while
+// the host queued the next step. Ids are staged in pinned buffers and copied on the compute stream
+// instead; a buffer is refilled only once the copy that read it has completed. The ring holds two
+// steps of uploads, and every step reads the gradient norm (which waits for that step's backward),
+// so that wait is for a copy long finished.
+class TokenStaging {
+ public:
+  TokenStaging(std::size_t uploads_per_step, std::size_t bytes) : slots_(2 * uploads_per_step) {
+    for (auto& slot : slots_) slot.buffer = std::make_unique<bmt::memory::PinnedBuffer>(bytes);
+  }
+
+  bmt::Tensor upload(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t seq) {
+    Slot& slot = slots_[next_++ % slots_.size()];
+    const std::size_t bytes = ids.size() * sizeof(std::int32_t);
+    BMT_REQUIRE(bytes <= slot.buffer->bytes() && static_cast<std::int64_t>(ids.size()) == rows * seq,
+                "token upload: expected " << rows << " x " << seq << " ids, found " << ids.size());
+    slot.copied.synchronize();
+    std::memcpy(slot.buffer->data(), ids.data(), bytes);
+    bmt::Tensor t = bmt::Tensor::empty({rows, seq}, bmt::DType::i32);
+    auto& compute = bmt::context().compute_stream();
+    bmt::memory::copy_from_host_async(t.data(), slot.buffer->data(), bytes, compute);
+    slot.copied = compute.record();
+    return t;
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<bmt::memory::PinnedBuffer> buffer;
+    bmt::Event copied;
+  };
+  std::vector<Slot> slots_;
+  std::size_t next_ = 0;
+};
+
+// The mean of a step's micro-batch losses (device scalars), read with one transfer; summed in
+// double on the host in micro-batch order.
+float mean_loss(const std::vector<bmt::Tensor>& losses) {
+  std::vector<float> values;
+  if (losses.size() == 1) {
+    values = losses.front().to_host_floats();
+  } else {
+    bmt::Tensor all = bmt::Tensor::empty({static_cast<std::int64_t>(losses.size())}, bmt::DType::f32);
+    for (std::size_t k = 0; k < losses.size(); ++k)
+      bmt::copy_into(all.slice(0, static_cast<std::int64_t>(k), static_cast<std::int64_t>(k) + 1), losses[k].view({1}));
+    values = all.to_host_floats();
+  }
+  double sum = 0;
+  for (float v : values) sum += v;
+  return static_cast<float>(sum / static_cast<double>(losses.size()));
+}
 
 }  // namespace
 
@@ -340,30 +396,50 @@ int train(const TrainOptions& o) {
     return mean;
   };
 
+  // The loss is read from the device (a host wait) and averaged over ranks (a collective) only on
+  // steps that print or record it. Rank 0 prints and writes the metrics, so its --log-every and
+  // --metrics decide which steps those are, for every rank.
+  std::int64_t loss_every = o.metrics.empty() ? o.log_every : 1;
+  BMT_MPI_CHECK(MPI_Bcast(&loss_every, 1, MPI_INT64_T, 0, ctx.mpi_comm()));
+  TokenStaging staging(2 * static_cast<std::size_t>(accumulation),
+                       static_cast<std::size_t>(micro * o.seq) * sizeof(std::int32_t));
+  std::vector<bmt::Tensor> losses;
+  if (!o.timeline.empty()) bmt::timeline::enable(o.timeline);
+
   ProgressBar bar(o.progress, o.no_progress);
   double seconds_per_step = 0;
   const auto run_start = Clock::now();
   for (std::int64_t step = start; step < o.steps; ++step) {
     const auto t0 = Clock::now();
+    const bool eval_now = val_loader && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
+    const bool read_loss = (step + 1) % loss_every == 0 || step + 1 == o.steps || eval_now;
     const auto batch = loader->next();
-    manager.zero_grad();
-    double loss_sum = 0;
-    for (const auto& mb : batch.split(static_cast<std::size_t>(accumulation))) {
-      auto tokens = bmt::Tensor::from_host(mb.inputs.data(), {static_cast<std::int64_t>(mb.rows), o.seq}, bmt::DType::i32);
-      auto targets = bmt::Tensor::from_host(mb.targets.data(), {static_cast<std::int64_t>(mb.rows), o.seq}, bmt::DType::i32);
-      bmt::Tensor loss = model->loss(tokens, targets);
-      if (fault.active()) {
-        const float factor = fault.loss_factor(step + 1);
-        if (factor != 1.0f) loss = bmt::scale(loss, factor);
+    bool applied = false;
+    float lr = 0;
+    {
+      bmt::timeline::Span step_span(ctx.compute_stream(), "step");
+      manager.zero_grad();
+      losses.clear();
+      for (const auto& mb : batch.split(static_cast<std::size_t>(accumulation))) {
+        auto tokens = staging.upload(mb.inputs, static_cast<std::int64_t>(mb.rows), o.seq);
+        auto targets = staging.upload(mb.targets, static_cast<std::int64_t>(mb.rows), o.seq);
+        bmt::Tensor loss = model->loss(tokens, targets);
+        if (fault.active()) {
+          const float factor = fault.loss_factor(step + 1);
+          if (factor != 1.0f) loss = bmt::scale(loss, factor);
+        }
+        manager.backward(loss);
+        losses.push_back(loss.detach());
       }
-      manager.backward(loss);
-      loss_sum += loss.to_host_floats()[0];
+      fault.at(FaultInjection::Point::after_backward, step + 1);
+      lr = schedule->current_lr();
+      applied = manager.step();
     }
-    fault.at(FaultInjection::Point::after_backward, step + 1);
-    const float lr = schedule->current_lr();
-    const bool applied = manager.step();
-    float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
-    ctx.host_comm().all_reduce(&loss, &loss, 1, bmt::DType::f32, bmt::ReduceOp::avg, ctx.compute_stream());
+    float loss = std::nanf("");  // not read on this step
+    if (read_loss) {
+      loss = mean_loss(losses);
+      ctx.host_comm().all_reduce(&loss, &loss, 1, bmt::DType::f32, bmt::ReduceOp::avg, ctx.compute_stream());
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     seconds_per_step = step == start ? seconds : 0.9 * seconds_per_step + 0.1 * seconds;
     const double tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
@@ -371,7 +447,7 @@ int train(const TrainOptions& o) {
     if (peak) mfu = cfg.flops_per_token(o.seq) * tokens_per_s / world / *peak;
     const auto mem = bmt::memory_stats();
     std::optional<double> eval_loss;
-    if (val_loader && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) eval_loss = evaluate();
+    if (eval_now) eval_loss = evaluate();
 
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", step + 1},
@@ -411,6 +487,10 @@ int train(const TrainOptions& o) {
   if (ckpt && o.steps > start) save_checkpoint(o.steps);
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o.steps - start, " steps in ", total, " s");
+  if (!o.timeline.empty()) {
+    bmt::timeline::write();
+    bmt::print_rank("timeline: ", bmt::timeline::rank_path(o.timeline, 0), " (one file per rank)");
+  }
 
   if (metrics.is_open() && o.steps > start) {
     metrics.close();

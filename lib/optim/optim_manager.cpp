@@ -5,6 +5,8 @@
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
@@ -17,13 +19,15 @@ float global_grad_norm(const std::vector<Optimizer*>& optimizers) {
     o->settle();
     for (auto& g : o->gradient_shards()) grads.push_back(g);
   }
-  // One device-to-host read of this rank's norm, then one all-reduce of its square.
-  const float local = global_l2_norm(grads).to_host_floats()[0];
-  float sq = local * local;
+  // This rank's norm, squared and summed over ranks on the compute stream's communicator, then one
+  // device-to-host read: the only host wait of a step (step() must decide on the host whether the
+  // update happens). The square of the rank's norm (not its sum of squares) is what is reduced, so
+  // the result is the same float as when the norm was read first and squared on the host.
   auto& ctx = context();
-  ctx.host_comm().all_reduce(&sq, &sq, 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
-  ctx.compute_stream().synchronize();
-  return std::sqrt(sq);
+  const Tensor local = global_l2_norm(grads);
+  const Tensor sq = kernels::binary(kernels::BinaryOp::mul, local, local);
+  ctx.world_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
+  return std::sqrt(sq.to_host_floats()[0]);
 }
 
 OptimManager::OptimManager(OptimManagerOptions options) : options_(options), loss_scale_(options.loss_scale) {
@@ -49,6 +53,7 @@ void OptimManager::backward(const Tensor& loss) {
 
 bool OptimManager::step() {
   BMT_REQUIRE(!optimizers_.empty(), "OptimManager::step: expected at least one optimizer (add_optimizer)");
+  timeline::Span span(context().compute_stream(), "optimizer step");
   std::vector<Optimizer*> opts;
   for (auto& [o, s] : optimizers_) opts.push_back(o);
   const float scaled_norm = global_grad_norm(opts);

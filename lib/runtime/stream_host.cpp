@@ -7,6 +7,7 @@
 
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/stream.hpp"
+#include "bmtrain/runtime/timeline.hpp"
 
 namespace bmt {
 
@@ -76,6 +77,8 @@ Stream::Stream(Kind kind, std::string name) : kind_(kind), name_(std::move(name)
     impl_ = std::make_unique<Impl>();
     impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
   }
+  // The runtime creates one compute stream when it starts: BMT_TIMELINE is read then.
+  if (kind_ == Kind::compute) timeline::detail::runtime_starting(*this);
 }
 
 Stream::~Stream() {

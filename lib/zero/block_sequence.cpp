@@ -14,6 +14,7 @@
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/zero/buffer_ring.hpp"
 #include "bmtrain/zero/checkpoint_block.hpp"
 
@@ -109,6 +110,7 @@ class BlockSequence final : public autograd::Function {
         storage.bind(gathered[i].buffer);
         rng_[i] = random::key_counter();
         InBlock guard;
+        timeline::Span span(ctx.compute_stream(), "forward", storage.name());
         if (keeps_activations(i)) {
           // Keep this block's graph for backward: inputs become leaves of a sub-graph.
           autograd::EnableGradGuard grad;
@@ -120,7 +122,7 @@ class BlockSequence final : public autograd::Function {
           outputs = bodies_[i](current);
         }
       }
-      release(i, gathered[i], /*after_forward=*/true);
+      release_gathered(i, gathered[i], /*after_forward=*/true);
       if (i + depth_ + 1 < n) gathered[i + depth_ + 1] = gather(i + depth_ + 1, i + depth_ + 1);
       if (i == 0) {
         hidden_ = outputs.size();
@@ -180,9 +182,13 @@ class BlockSequence final : public autograd::Function {
           const std::uint64_t counter = random::key_counter();
           random::set_key_counter(rng_[i]);  // replay the forward's random draws
           leaves = as_leaves(saved_[i]);
-          outputs = bodies_[i](leaves);
+          {
+            timeline::Span span(ctx.compute_stream(), "recompute", storage.name());
+            outputs = bodies_[i](leaves);
+          }
           random::set_key_counter(counter);
         }
+        timeline::Span span(ctx.compute_stream(), "backward", storage.name());
         run_backward(outputs, grads);
       }
       graphs_[i] = {};
@@ -204,7 +210,7 @@ class BlockSequence final : public autograd::Function {
 
       storage.unbind_grads();
       storage.unbind();
-      release(i, g, /*after_forward=*/false);  // (the Binding above unbinds on an exception)
+      release_gathered(i, g, /*after_forward=*/false);  // (the Binding above unbinds on an exception)
       if (grad_slot) {
         const Event grads_ready = ctx.compute_stream().record();
         grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
@@ -271,7 +277,7 @@ class BlockSequence final : public autograd::Function {
     return g;
   }
 
-  void release(std::size_t i, const Gathered& g, bool after_forward) {
+  void release_gathered(std::size_t i, const Gathered& g, bool after_forward) {
     if (after_forward && blocks_kept(i)) {
       kept_[i] = g;
       kept_[i].ready = Event();  // already waited for by the compute stream

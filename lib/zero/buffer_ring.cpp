@@ -10,7 +10,11 @@ void BufferRing::reserve(int slots, std::int64_t numel) {
   if (static_cast<int>(slots_.size()) < slots) slots_.resize(static_cast<std::size_t>(slots));
   for (auto& s : slots_) {
     if (s.buffer.defined() && s.buffer.numel() >= numel) continue;
-    s.free.synchronize();
+    // The old block goes back to the caching allocator, whose reuse is ordered by the compute
+    // stream: making that stream wait for the slot's last user (a gather or reduce-scatter on
+    // another stream) orders any reuse after it, without the host waiting.
+    if (is_initialized()) context().compute_stream().wait(s.free);
+    else s.free.synchronize();
     s.buffer = Tensor();  // give the old block back before taking a larger one
     s.buffer = Tensor::empty({numel}, dtype_);
     s.free = Event();

@@ -7,6 +7,7 @@
 #include "bmtrain/nn/parameter.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 
 namespace bmt {
@@ -104,6 +105,7 @@ void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Str
   BMT_REQUIRE(full.nbytes() >= static_cast<std::size_t>(total_) * dtype_size(dtype_),
               "ShardedStorage '" << name_ << "': expected a gather buffer of " << total_ * dtype_size(dtype_)
                                  << " bytes, found " << full.nbytes());
+  timeline::Span span(stream, "gather", name_);
   comm.all_gather(shard_.data(), full.data(), static_cast<std::size_t>(shard_size_), dtype_, stream);
 }
 
@@ -159,8 +161,11 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   }
   stream.wait(ready);
   if (compute_first) stream.wait(context().compute_stream().record());
-  comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
-                      ReduceOp::avg, stream);
+  {
+    timeline::Span span(stream, "reduce-scatter", name_);
+    comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
+                        ReduceOp::avg, stream);
+  }
   reduced_ = stream.record();
   reducing_ = full_grad;
   grad_dirty_ = true;

@@ -19,7 +19,8 @@ class BufferRing {
 
   explicit BufferRing(DType dtype) : dtype_(dtype) {}
   // Makes sure there are at least `slots` slots of at least `numel` elements (warm-up only:
-  // growing waits for the slot's last user on the host).
+  // growing a slot makes the compute stream wait for its last user before the old buffer goes
+  // back to the allocator; the host does not wait).
   void reserve(int slots, std::int64_t numel);
   Slot& slot(int i) { return slots_[static_cast<std::size_t>(i) % slots_.size()]; }
   int size() const { return static_cast<int>(slots_.size()); }

@@ -1,0 +1,184 @@
+// The per-stream timeline: a training step of a small block list (gathers, forward, recompute,
+// backward, reduce-scatters, optimizer) written as Chrome trace JSON, one file per rank, parsed
+// back here. Besides the spans being there, the trace must show the ordering the scheduler's
+// events enforce: a block computes only after its gather ended, and its reduce-scatter starts only
+// after its backward ended.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "bmtrain/optim/adamw.hpp"
+#include "bmtrain/optim/optim_manager.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/timeline.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/transformer_block_list.hpp"
+#include "toy_block.hpp"
+
+namespace {
+
+constexpr std::int64_t kD = 37;
+constexpr int kBlocks = 3;
+
+struct Model : bmt::DistributedModule {
+  bmt::TransformerBlockList<toy::Block> blocks{1};
+  Model() {
+    for (int i = 0; i < kBlocks; ++i) blocks.append(bmt::CheckpointOptions{}, kD);
+    register_module("blocks", blocks);
+  }
+  bmt::Tensor loss(const bmt::Tensor& x) { return bmt::autograd::call<toy::SumAll>({blocks(x, 0.7f)})[0]; }
+};
+
+// One directory for every rank's file: rank 0's process id names it.
+std::string shared_prefix() {
+  long id = static_cast<long>(getpid());
+  MPI_Bcast(&id, 1, MPI_LONG, 0, bmt::context().mpi_comm());
+  return ::testing::TempDir() + "bmt_timeline_" + std::to_string(id);
+}
+
+struct Span {
+  std::string name, category, track;
+  double ts, dur;
+};
+
+std::vector<Span> read_trace(const std::string& path, int rank, nlohmann::json* other) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "missing " << path;
+  const nlohmann::json trace = nlohmann::json::parse(f);
+  std::map<int, std::string> tracks;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") tracks[e.at("tid").get<int>()] = e.at("args").at("name");
+  std::vector<Span> spans;
+  for (const auto& e : trace.at("traceEvents")) {
+    EXPECT_EQ(e.at("pid").get<int>(), rank) << e.dump();
+    if (e.at("ph") != "X") continue;
+    const int tid = e.at("tid").get<int>();
+    EXPECT_TRUE(tracks.count(tid)) << "no thread_name for tid " << tid;
+    spans.push_back({e.at("name"), e.at("cat"), tracks[tid], e.at("ts").get<double>(), e.at("dur").get<double>()});
+  }
+  if (other) *other = trace.at("otherData");
+  return spans;
+}
+
+void step(Model& model, bmt::optim::OptimManager& manager) {
+  std::vector<float> x(3 * kD);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(bmt::rank()));
+  manager.zero_grad();
+  manager.backward(model.loss(bmt::Tensor::from_floats(x, {3, kD})));
+  manager.step();
+}
+
+TEST(Timeline, RankPathInsertsTheRank) {
+  EXPECT_EQ(bmt::timeline::rank_path("trace.json", 3), "trace.rank3.json");
+  EXPECT_EQ(bmt::timeline::rank_path("out/run.1/trace", 0), "out/run.1/trace.rank0");
+  EXPECT_EQ(bmt::timeline::rank_path("out/.hidden", 1), "out/.hidden.rank1");
+  EXPECT_EQ(bmt::timeline::rank_path("a.b.json", 12), "a.b.rank12.json");
+}
+
+TEST(Timeline, OffRecordsNothing) {
+  bmt::timeline::reset();
+  ASSERT_FALSE(bmt::timeline::enabled());
+  Model model;
+  bmt::init_parameters(model);
+  bmt::optim::AdamW adamw(model);
+  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
+  bmt::optim::OptimManager manager;
+  manager.add_optimizer(adamw, schedule.get());
+  step(model, manager);
+  EXPECT_EQ(bmt::timeline::span_count(), 0u);
+}
+
+TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
+  bmt::timeline::reset();
+  const std::string path = shared_prefix() + ".json";
+  Model model;
+  bmt::init_parameters(model);
+  bmt::optim::AdamW adamw(model);
+  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
+  bmt::optim::OptimManager manager;
+  manager.add_optimizer(adamw, schedule.get());
+  step(model, manager);  // warm-up, not traced
+
+  bmt::timeline::enable(path);
+  ASSERT_TRUE(bmt::timeline::enabled());
+  step(model, manager);
+  bmt::timeline::write();
+  bmt::timeline::reset();
+  EXPECT_FALSE(bmt::timeline::enabled());
+  bmt::synchronize();  // every rank's file is written
+
+  const int n = bmt::world_size();
+  // Rank 0 reads every rank's file, the others their own.
+  for (int r = 0; r < n; ++r) {
+    if (bmt::rank() != 0 && r != bmt::rank()) continue;
+    nlohmann::json other;
+    const auto spans = read_trace(bmt::timeline::rank_path(path, r), r, &other);
+    EXPECT_EQ(other.at("rank").get<int>(), r);
+    EXPECT_EQ(other.at("world_size").get<int>(), n);
+    EXPECT_EQ(other.at("dropped_spans").get<std::size_t>(), 0u);
+    EXPECT_EQ(other.at("spans").get<std::size_t>(), spans.size());
+
+    std::map<std::string, std::vector<Span>> by_name;
+    for (const auto& s : spans) {
+      EXPECT_GE(s.ts, -1.0) << s.name;  // after enable (1 us for the CUDA event resolution)
+      EXPECT_GE(s.dur, 0.0) << s.name;
+      by_name[s.name].push_back(s);
+    }
+    auto only = [&](const std::string& name, const char* track) -> std::vector<Span> {
+      const auto& v = by_name[name];
+      for (const auto& s : v) EXPECT_EQ(s.track, track) << name;
+      return v;
+    };
+    for (int b = 0; b < kBlocks; ++b) {
+      const std::string block = "blocks." + std::to_string(b);
+      const auto gathers = only("gather " + block, "gather");
+      const auto forward = only("forward " + block, "compute");
+      const auto recompute = only("recompute " + block, "compute");
+      const auto backward = only("backward " + block, "compute");
+      const auto scatter = only("reduce-scatter " + block, "scatter");
+      ASSERT_EQ(gathers.size(), 2u) << block << ": one gather in forward, one in backward (rank " << r << ")";
+      ASSERT_EQ(forward.size(), 1u) << block;
+      ASSERT_EQ(recompute.size(), 1u) << block;
+      ASSERT_EQ(backward.size(), 1u) << block;
+      ASSERT_EQ(scatter.size(), 1u) << block;
+      EXPECT_EQ(forward[0].category, "forward");
+      EXPECT_EQ(scatter[0].category, "reduce-scatter");
+      // The ordering the events enforce, seen in the trace (1 us: CUDA event resolution).
+      const double tol = 1.0;
+      EXPECT_GE(forward[0].ts + tol, gathers[0].ts + gathers[0].dur) << block << ": forward before its gather ended";
+      EXPECT_GE(recompute[0].ts + tol, gathers[1].ts + gathers[1].dur) << block << ": recompute before its gather ended";
+      EXPECT_GE(backward[0].ts + tol, recompute[0].ts + recompute[0].dur) << block;
+      EXPECT_GE(scatter[0].ts + tol, backward[0].ts + backward[0].dur) << block << ": reduce-scatter before backward ended";
+      if (b > 0) {
+        const auto prev = by_name["forward blocks." + std::to_string(b - 1)];
+        ASSERT_EQ(prev.size(), 1u);
+        EXPECT_GE(forward[0].ts + tol, prev[0].ts + prev[0].dur) << "forward of " << block << " overlaps the previous";
+      }
+    }
+    ASSERT_EQ(by_name["optimizer step"].size(), 1u);
+    EXPECT_EQ(by_name["optimizer step"][0].track, "compute");
+    // The optimizer runs after the last backward.
+    EXPECT_GE(by_name["optimizer step"][0].ts + 1.0, by_name["backward blocks.0"][0].ts);
+  }
+  bmt::synchronize();
+  std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
+}
+
+TEST(Timeline, SpansBeyondTheCapAreCountedNotKept) {
+  bmt::timeline::reset();
+  bmt::timeline::enable(shared_prefix() + "_cap.json");
+  auto& compute = bmt::context().compute_stream();
+  const std::size_t extra = 5;
+  for (std::size_t k = 0; k < bmt::timeline::kMaxSpans + extra; ++k) bmt::timeline::Span span(compute, "empty");
+  EXPECT_EQ(bmt::timeline::span_count(), bmt::timeline::kMaxSpans);
+  EXPECT_EQ(bmt::timeline::dropped_spans(), extra);
+  bmt::timeline::reset();  // nothing written: a million spans make a 100 MB trace
+  EXPECT_EQ(bmt::timeline::span_count(), 0u);
+}
+
+}  // namespace
