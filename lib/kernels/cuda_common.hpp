@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 
 #include "bmtrain/kernels/common.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -191,6 +192,29 @@ inline RowGeometry row_geometry(std::int64_t packs, int packs_per_thread) {
   g.threads = threads;
   g.teams = std::max(1, std::min(kMaxTeamsPerBlock, kRowBlockThreads / threads));
   return g;
+}
+
+template <int K, int kMax, class Launch>
+bool dispatch_packs(int need, const RowGeometry& g, Launch& launch) {
+  if constexpr (K >= kMax) {
+    return launch(std::integral_constant<int, kMax>{}, g);
+  } else {
+    if (need <= K) return launch(std::integral_constant<int, K>{}, g);
+    return dispatch_packs<K + 1, kMax>(need, g, launch);
+  }
+}
+
+// Launches a row kernel whose threads keep K packs each in registers: the team from row_geometry
+// at kMaxPacks per thread, then the smallest K that still holds the row, so rows that fill their
+// team's registers only partly do not pay (in registers, hence occupancy) for packs they never
+// load. With kTune false K is kMaxPacks (one instantiation, for the element-wise path). Calls
+// launch(std::integral_constant<int, K>, geometry); false when the row does not fit.
+template <int kMaxPacks, bool kTune, class Launch>
+bool launch_row(std::int64_t packs, Launch&& launch) {
+  const RowGeometry g = row_geometry(packs, kMaxPacks);
+  if (g.threads == 0) return false;
+  const int need = static_cast<int>((packs + g.threads - 1) / g.threads);
+  return dispatch_packs<kTune ? 1 : kMaxPacks, kMaxPacks>(need, g, launch);
 }
 
 inline bool contiguous_or_absent(std::initializer_list<const Tensor*> ts) {

@@ -235,50 +235,49 @@ __global__ void __launch_bounds__(32 * kSlices)
 template <class T, int kVec, bool kCentered>
 bool forward_launch(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
                     const Tensor& mean, const Tensor& rstd, std::int64_t rows, int C) {
-  constexpr int kPacks = kForwardValues / kVec;
-  const RowGeometry g = row_geometry(C / kVec, kPacks);
-  if (g.threads == 0) return false;
-  const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
-  const int blocks = static_cast<int>(std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * 64));
-  norm_forward_kernel<T, kVec, kPacks, kCentered><<<blocks, dim3(g.threads, g.teams), 0, stream()>>>(
-      static_cast<const T*>(x.data()), ptr_or_null<T>(weight), ptr_or_null<T>(bias), static_cast<T*>(y.data()),
-      mut_ptr_or_null<float>(mean), static_cast<float*>(rstd.data()), rows, C, eps);
-  check_launch();
-  return true;
+  return launch_row<kForwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
+    constexpr int kPacks = decltype(packs)::value;
+    const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
+    const int blocks = static_cast<int>(std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * 64));
+    norm_forward_kernel<T, kVec, kPacks, kCentered><<<blocks, dim3(g.threads, g.teams), 0, stream()>>>(
+        static_cast<const T*>(x.data()), ptr_or_null<T>(weight), ptr_or_null<T>(bias), static_cast<T*>(y.data()),
+        mut_ptr_or_null<float>(mean), static_cast<float*>(rstd.data()), rows, C, eps);
+    check_launch();
+    return true;
+  });
 }
 
 template <class T, int kVec, bool kCentered>
 bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                      std::int64_t rows, int C) {
-  constexpr int kPacks = kBackwardValues / kVec;
-  const RowGeometry g = row_geometry(C / kVec, kPacks);
-  if (g.threads == 0) return false;
-  auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
-  const bool want_columns = dweight.defined() || dbias.defined();
-  const std::size_t shared = want_columns && g.teams > 1 ? 2 * static_cast<std::size_t>(C) * sizeof(float) : 0;
-  // One block per resident slot: every block's column sums cost a partial row, so no more blocks
-  // than fill the device once.
-  int per_sm = 0;
-  BMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads * g.teams, shared));
-  const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
-  const int blocks = static_cast<int>(
-      std::max<std::int64_t>(1, std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * std::max(1, per_sm))));
-  Tensor partial = want_columns ? Tensor::empty({2, blocks, C}, DType::f32) : Tensor();
-  float* pw = dweight.defined() ? partial.data_as<float>() : nullptr;
-  float* pb = dbias.defined() ? partial.data_as<float>() + static_cast<std::int64_t>(blocks) * C : nullptr;
-  kernel<<<blocks, dim3(g.threads, g.teams), shared, stream()>>>(
-      static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), ptr_or_null<T>(weight),
-      kCentered ? static_cast<const float*>(mean.data()) : nullptr, static_cast<const float*>(rstd.data()),
-      mut_ptr_or_null<T>(dx), pw, pb, rows, C);
-  check_launch();
-  if (want_columns) {
-    column_sum_kernel<T><<<(C + 31) / 32, dim3(32, kSlices), 0, stream()>>>(pw, pb, blocks, C,
-                                                                           mut_ptr_or_null<T>(dweight),
-                                                                           mut_ptr_or_null<T>(dbias));
+  return launch_row<kBackwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
+    constexpr int kPacks = decltype(packs)::value;
+    auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
+    const bool want_columns = dweight.defined() || dbias.defined();
+    const std::size_t shared = want_columns && g.teams > 1 ? 2 * static_cast<std::size_t>(C) * sizeof(float) : 0;
+    // One block per resident slot: every block's column sums cost a partial row, so no more blocks
+    // than fill the device once.
+    int per_sm = 0;
+    BMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads * g.teams, shared));
+    const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
+    const int blocks = static_cast<int>(std::max<std::int64_t>(
+        1, std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * std::max(1, per_sm))));
+    Tensor partial = want_columns ? Tensor::empty({2, blocks, C}, DType::f32) : Tensor();
+    float* pw = dweight.defined() ? partial.data_as<float>() : nullptr;
+    float* pb = dbias.defined() ? partial.data_as<float>() + static_cast<std::int64_t>(blocks) * C : nullptr;
+    kernel<<<blocks, dim3(g.threads, g.teams), shared, stream()>>>(
+        static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), ptr_or_null<T>(weight),
+        kCentered ? static_cast<const float*>(mean.data()) : nullptr, static_cast<const float*>(rstd.data()),
+        mut_ptr_or_null<T>(dx), pw, pb, rows, C);
     check_launch();
-  }
-  return true;
+    if (want_columns) {
+      column_sum_kernel<T><<<(C + 31) / 32, dim3(32, kSlices), 0, stream()>>>(
+          pw, pb, blocks, C, mut_ptr_or_null<T>(dweight), mut_ptr_or_null<T>(dbias));
+      check_launch();
+    }
+    return true;
+  });
 }
 
 template <class T, bool kCentered>

@@ -10,7 +10,8 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kValues = 32;  // floats a thread keeps per cached array
+constexpr int kForwardValues = 32;   // floats of x a thread keeps in registers
+constexpr int kBackwardValues = 16;  // ... of y and of dy
 
 template <class T, int kVec, int kPacks>
 __global__ void __launch_bounds__(kMaxTeamThreads)
@@ -103,24 +104,24 @@ int row_blocks(std::int64_t rows, const RowGeometry& g) {
 
 template <class T, int kVec>
 bool forward_launch(const Tensor& x, const Tensor& y, std::int64_t rows, int C) {
-  constexpr int kPacks = kValues / kVec;
-  const RowGeometry g = row_geometry(C / kVec, kPacks);
-  if (g.threads == 0) return false;
-  softmax_forward_kernel<T, kVec, kPacks><<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
-      static_cast<const T*>(x.data()), static_cast<T*>(y.data()), rows, C);
-  check_launch();
-  return true;
+  return launch_row<kForwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
+    softmax_forward_kernel<T, kVec, decltype(packs)::value>
+        <<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(static_cast<const T*>(x.data()),
+                                                                        static_cast<T*>(y.data()), rows, C);
+    check_launch();
+    return true;
+  });
 }
 
 template <class T, int kVec>
 bool backward_launch(const Tensor& y, const Tensor& dy, const Tensor& dx, std::int64_t rows, int C) {
-  constexpr int kPacks = kValues / kVec;
-  const RowGeometry g = row_geometry(C / kVec, kPacks);
-  if (g.threads == 0) return false;
-  softmax_backward_kernel<T, kVec, kPacks><<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
-      static_cast<const T*>(y.data()), static_cast<const T*>(dy.data()), static_cast<T*>(dx.data()), rows, C);
-  check_launch();
-  return true;
+  return launch_row<kBackwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
+    softmax_backward_kernel<T, kVec, decltype(packs)::value>
+        <<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
+            static_cast<const T*>(y.data()), static_cast<const T*>(dy.data()), static_cast<T*>(dx.data()), rows, C);
+    check_launch();
+    return true;
+  });
 }
 
 }  // namespace
