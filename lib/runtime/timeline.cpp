@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -237,6 +238,9 @@ void write() {
                             {"dropped_spans", s.dropped},
                             {"max_spans", kMaxSpans}}}};
   const std::string out = rank_path(s.path, r);
+  const auto dir = std::filesystem::path(out).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);  // an error shows when opening
   std::ofstream f(out, std::ios::trunc);
   f << trace.dump() << '\n';
   f.flush();

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -167,6 +169,40 @@ TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
   }
   bmt::synchronize();
   std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
+}
+
+// Run with BMT_TIMELINE set (test_zero_timeline_env): the runtime enabled the timeline when it
+// started, and finalize() writes the trace, which the next test reads in another run.
+TEST(Timeline, EnvironmentEnablesItAtInit) {
+  if (!std::getenv("BMT_TIMELINE")) GTEST_SKIP() << "BMT_TIMELINE is not set";
+  EXPECT_TRUE(bmt::timeline::enabled());
+  Model model;
+  bmt::init_parameters(model);
+  bmt::optim::AdamW adamw(model);
+  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
+  bmt::optim::OptimManager manager;
+  manager.add_optimizer(adamw, schedule.get());
+  step(model, manager);
+  EXPECT_GT(bmt::timeline::span_count(), 0u);
+}
+
+// Run with BMT_TIMELINE_WRITTEN naming the path the run above was given, and its world size.
+TEST(Timeline, FinalizeWroteEveryRanksTrace) {
+  const char* path = std::getenv("BMT_TIMELINE_WRITTEN");
+  const char* ranks = std::getenv("BMT_TIMELINE_WRITTEN_RANKS");
+  if (!path || !ranks) GTEST_SKIP() << "BMT_TIMELINE_WRITTEN is not set";
+  const int n = std::atoi(ranks);
+  for (int r = 0; r < n; ++r) {
+    nlohmann::json other;
+    const auto spans = read_trace(bmt::timeline::rank_path(path, r), r, &other);
+    EXPECT_EQ(other.at("world_size").get<int>(), n);
+    for (int b = 0; b < kBlocks; ++b)
+      for (const char* what : {"forward", "recompute", "backward", "gather", "reduce-scatter"}) {
+        const std::string name = std::string(what) + " blocks." + std::to_string(b);
+        EXPECT_TRUE(std::any_of(spans.begin(), spans.end(), [&](const Span& s) { return s.name == name; }))
+            << name << " missing from rank " << r << "'s trace";
+      }
+  }
 }
 
 TEST(Timeline, SpansBeyondTheCapAreCountedNotKept) {

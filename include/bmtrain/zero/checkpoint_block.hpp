@@ -86,7 +86,7 @@ template <std::size_t I, class... Args>
 constexpr std::size_t tensor_position() {
   constexpr bool flags[] = {is_tensor_v<Args>..., false};
   std::size_t n = 0;
-  for (std::size_t j = 0; j < I; ++j) n += flags[j] ? 1 : 0;
+  for (std::size_t j = 0; j != I; ++j) n += flags[j] ? 1 : 0;  // (j < I warns under nvcc when I is 0)
   return n;
 }
 
