@@ -12,9 +12,11 @@ namespace bmt::kernels {
 void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, BadIndexRecord bad = {});
 
 // grad_weight = scatter-add of the rows of grad_out (N * C elements, any floating dtype) at ids;
-// grad_weight is [V, C] of any floating dtype and is overwritten. Repeated ids add up. The sums are
-// f32 atomics: into grad_weight itself when it is f32, otherwise into an f32 scratch that is cast
-// once at the end (16-bit atomics would round at every add). Out-of-range ids add nothing.
+// grad_weight is [V, C] of any floating dtype and is overwritten. Repeated ids add up, in f32.
+// The CUDA build's kernel (contiguous inputs) sums each vocabulary row's contributions in token
+// order, without atomics, so repeated runs give identical gradients; the portable kernel adds
+// with f32 atomics (into grad_weight when it is f32, else into an f32 scratch cast once at the
+// end). Out-of-range ids add nothing.
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight);
 
 }  // namespace bmt::kernels
