@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,10 @@ bool read_number(const std::string& text, std::int64_t& out) {
     out = out * 10 + (c - '0');
   }
   return true;
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -67,12 +72,14 @@ void FaultInjection::at(Point point, std::int64_t step) const {
     ::getrlimit(RLIMIT_FSIZE, &limit);
     limit.rlim_cur = 4096;
     ::setrlimit(RLIMIT_FSIZE, &limit);
-    std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: file size limit now 4 KiB at step %lld\n", rank_,
-                 static_cast<long long>(step));
+    std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: file size limit now 4 KiB at step %lld (t=%.3f)\n", rank_,
+                 static_cast<long long>(step), wall_seconds());
     return;
   }
   if (kind_ != Kind::kill) return;
-  std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: killing this rank at step %lld\n", rank_, static_cast<long long>(step));
+  // The wall-clock time lets a test measure how long the job takes to end after the kill.
+  std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: killing this rank at step %lld (t=%.3f)\n", rank_,
+               static_cast<long long>(step), wall_seconds());
   std::fflush(stderr);
   std::raise(SIGKILL);
 }

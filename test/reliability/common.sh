@@ -6,7 +6,7 @@ exe=$1; mpiexec=$2; shift 2; preflags=("$@")
 work=$(mktemp -d "${TMPDIR:-/tmp}/bmt-reliability.XXXXXX")
 cleanup() { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-failures=0
+failures=0 sanitizer=
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 finish() {
   [ $failures -eq 0 ] && echo "all checks passed"
@@ -24,8 +24,13 @@ job() {
   local start=$(date +%s%N)
   out=$(env ${JOB_ENV:-} timeout -k 5 150 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" "$@" 2>&1)
   rc=$?
+  local end=$(date +%s.%N)
   secs=$(( ($(date +%s%N) - start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
   error=$(grep -E "bmt-train: error|BMT_TRAIN_FAULT" <<<"$out" | head -3 | tr '\n' ' ')
+  # A fault injected by BMT_TRAIN_FAULT prints its wall-clock time: how long the job took to end after it.
+  local t=$(grep -o 'BMT_TRAIN_FAULT: .*(t=[0-9.]*)' <<<"$out" | head -1 | sed 's/.*t=\([0-9.]*\).*/\1/')
+  after=${t:+$(awk -v a="$end" -v b="$t" 'BEGIN { printf "%.2f", a - b }')}
+  sanitizer_reports
 }
 # mpmd "ARGS OF RANK 0" "ARGS OF RANK 1": one rank each, different arguments (MPI's MPMD syntax).
 mpmd() {
@@ -34,9 +39,19 @@ mpmd() {
   rc=$?
   secs=$(( ($(date +%s%N) - start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
   error=$(grep -E "bmt-train: error" <<<"$out" | head -3 | tr '\n' ' ')
+  after=
+  sanitizer_reports
+}
+# In a sanitizer build (BMT_SANITIZE) a report ends its process with a non-zero code, which a case
+# that expects the job to fail would accept: every case checks for reports in the output instead.
+sanitizer_reports() {
+  sanitizer=$(grep -E "ERROR: (Address|Leak)Sanitizer|runtime error: " <<<"$out" | head -1)
 }
 # One line per case for docs/RELIABILITY.md.
-report() { echo "RESULT | $1 | exit $rc | ${secs} s | ${error:-(no error line)}"; }
+report() {
+  echo "RESULT | $1 | exit $rc | ${secs} s${after:+ (${after} s after the fault)} | ${error:-(no error line)}"
+  [ -z "$sanitizer" ] || { fail "$1: sanitizer report: $sanitizer"; show; }
+}
 show() { echo "---- output of the last job (exit $rc, ${secs} s):"; echo "$out" | tail -25; echo "----"; }
 
 # expect_failure NAME EXIT_CODE PATTERN LIMIT_S: the last job ended with EXIT_CODE ("nonzero" for

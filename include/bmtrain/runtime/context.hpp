@@ -2,7 +2,7 @@
 // The distributed runtime: MPI bootstrap, topology, device choice, communicators and streams.
 //
 //   int main(int argc, char** argv) {
-//     bmt::DistributedGuard guard(&argc, &argv, {.seed = 0});
+//     bmt::DistributedGuard guard(&argc, &argv);  // seed and device: bmt::InitOptions
 //     bmt::print_rank("world size ", bmt::world_size());
 //   }
 //
