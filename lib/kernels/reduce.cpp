@@ -34,9 +34,11 @@ struct Split3 {
   }
 };
 
-// Column sums: below this many output columns, long columns are split into chunks of rows.
-constexpr std::int64_t kParallelColumns = 1 << 15;
-constexpr std::int64_t kChunkRows = 256;
+// Column sums: below this many output columns, long columns are split into chunks of rows, so a
+// bias gradient ([16384 tokens, 6400 features] summed over tokens) still runs on some 2^18 threads
+// (a GPU needs that many loads in flight to reach its memory bandwidth).
+constexpr std::int64_t kParallelColumns = 1 << 18;
+constexpr std::int64_t kChunkRows = 128;
 
 // out[o, i] = scale * sum_j x[o, j, i] (out in f32 or T).
 template <class T, class O>
