@@ -66,10 +66,18 @@ class Bmtrain(CMakePackage, CudaPackage):
     depends_on("kokkos+openmp", when="+openmp")
     depends_on("kokkos~openmp", when="~openmp")
     # The library compiles its sources as the CUDA language (CMake), so Kokkos must too
-    # (+cmake_lang); +cuda_lambda is what Kokkos before 4.1 needs for KOKKOS_LAMBDA on the device.
-    depends_on("kokkos+cuda+cuda_lambda+cmake_lang", when="+cuda")
+    # (+cmake_lang, a Kokkos variant from 3.6 on).
+    depends_on("kokkos+cuda+cmake_lang", when="+cuda")
+    # KOKKOS_LAMBDA on the device needs extended lambdas: always on from Kokkos 4.1, an option
+    # before (deprecated from 4.1; Spack's Kokkos 5 has no such variant), so asked only of those
+    # versions. A conflict, since a dependency conditional on Kokkos itself fails `spack audit`.
+    conflicts(
+        "^kokkos@:4.0 ~cuda_lambda",
+        when="+cuda",
+        msg="Kokkos before 4.1 needs +cuda_lambda for bmtrain's device lambdas",
+    )
     depends_on("kokkos~cuda", when="~cuda")
-    depends_on("nccl", when="+cuda")
+    depends_on("nccl+cuda", when="+cuda")
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
