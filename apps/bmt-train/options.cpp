@@ -49,10 +49,30 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
   return os.str();
 }
 
+namespace {
+
+// CLI11's TOML reader turns an empty or unterminated array (`model = []`, `model = ["`) into an
+// entry without values, and CLI11 2.3 then reads the first value of a scalar option anyway (a crash
+// found by fuzz_mutate_train_config). Every bmt-train option takes a value, so such an entry is
+// refused here with its key. (Entries named "--" mark the end of a TOML section: they carry none.)
+class ConfigWithValues : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+    for (const auto& item : items)
+      if (item.inputs.empty() && item.name != "--" && item.name != "++")
+        throw CLI::ConversionError("--config: expected a value for '" + item.fullname() + "', found none");
+    return items;
+  }
+};
+
+}  // namespace
+
 bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   CLI::App app{"bmt-train: train a GPT with ZeRO-3 on any number of ranks.\n"
                "Launch with mpirun -np N bmt-train ... or srun bmt-train ...; topology comes from MPI."};
   app.set_config("--config", "", "TOML file of options (keys are the long flag names)");
+  app.config_formatter(std::make_shared<ConfigWithValues>());
   // A misspelled key in a config file is an error, not an option silently left at its default.
   app.allow_config_extras(CLI::config_extras_mode::error);
   // A flag given twice (in the config file and on the command line, say): the last one wins.
