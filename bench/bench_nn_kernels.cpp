@@ -1,7 +1,7 @@
 // Throughput of the memory-bound kernels of a transformer step (LayerNorm, RMSNorm, softmax,
 // cross-entropy, GELU, residual add, SwiGLU, embedding, AdamW), forward and backward separately,
 // at GPT-2 shapes (16 x 1024 token rows, widths 768, 1600, 2048, vocabulary 50257), in f32 and
-// bf16; and the time of the fused attention forward.
+// bf16. (Attention: bench_attention.)
 //
 //   bench_nn_kernels [--benchmark_filter=...]
 //
@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <memory>
 
-#include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/cross_entropy.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
@@ -294,28 +293,6 @@ void BM_AdamW(benchmark::State& state) {
   state.counters["params"] = static_cast<double>(n);
 }
 
-// Causal attention forward, [B, H, T, D]; reports the matmul FLOP rate (4 B H T^2 D / 2 causal).
-void BM_AttentionForward(benchmark::State& state) {
-  const std::int64_t B = 1, H = state.range(0), T = state.range(1), D = state.range(2);
-  const DType dt = dtype_arg(state.range(3));
-  const Tensor q = random_like({B, H, T, D}, dt, 1), k = random_like({B, H, T, D}, dt, 2);
-  const Tensor v = random_like({B, H, T, D}, dt, 3), out = Tensor::empty({B, H, T, D}, dt);
-  const Tensor lse = Tensor::empty({B, H, T});
-  auto step = [&] {
-    kernels::attention_forward(q, k, v, true, 1.0f / std::sqrt(static_cast<float>(D)), out, lse);
-  };
-  step();  // first touch of fresh buffers (page faults) stays out of the timing
-  sync();
-  for (auto _ : state) {
-    step();
-    sync();
-  }
-  const double flops = 4.0 * B * H * static_cast<double>(T) * T * D / 2.0;
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-  state.SetLabel(dtype_name(dt));
-}
-
 // rows, width, dtype (0 = f32, 1 = bf16): GPT-2 small, XL and a 2048 width.
 void row_sizes(benchmark::internal::Benchmark* b) {
   for (std::int64_t dt : {0, 1})
@@ -350,12 +327,6 @@ BENCHMARK(BM_CrossEntropyBackward)->Apply(vocab_sizes);
 BENCHMARK(BM_EmbeddingForward)->Apply(token_sizes);
 BENCHMARK(BM_EmbeddingBackward)->Apply(token_sizes);
 BENCHMARK(BM_AdamW)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseManualTime();
-BENCHMARK(BM_AttentionForward)
-    ->Args({12, 256, 64, 0})
-    ->Args({12, 1024, 64, 0})
-    ->Args({12, 1024, 64, 1})
-    ->Args({32, 512, 128, 1})
-    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
