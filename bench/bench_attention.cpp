@@ -12,19 +12,12 @@
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/runtime/context.hpp"
 
+#include "bench_common.hpp"
+
 namespace {
 
 using namespace bmt;
-
-Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(numel_of(shape)));
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
-  }
-  return Tensor::from_floats(v, shape, dtype);
-}
+using namespace bmt::bench;
 
 struct Inputs {
   Tensor q, k, v, out, dout, lse, dq, dk, dv;
@@ -44,8 +37,6 @@ struct Inputs {
   void backward() { kernels::attention_backward(q, k, v, out, dout, lse, true, scale, dq, dk, dv); }
 };
 
-DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : a == 1 ? DType::bf16 : DType::f16; }
-
 // Arguments: B, H, T, D, dtype (0 f32, 1 bf16, 2 f16), pass (0 forward, 1 backward).
 void BM_Attention(benchmark::State& state) {
   const std::int64_t B = state.range(0), H = state.range(1), T = state.range(2), D = state.range(3);
@@ -55,10 +46,10 @@ void BM_Attention(benchmark::State& state) {
   in.forward();
   auto step = [&] { backward ? in.backward() : in.forward(); };
   step();  // first touch and one-time kernel setup stay out of the timing
-  context().compute_stream().synchronize();
+  sync();
   for (auto _ : state) {
     step();
-    context().compute_stream().synchronize();
+    sync();
   }
   const double forward_flops = 4.0 * B * H * static_cast<double>(T) * T * D / 2.0;
   const double flops = backward ? 2.5 * forward_flops : forward_flops;

@@ -25,23 +25,12 @@
 #include <cblas.h>
 #endif
 
+#include "bench_common.hpp"
+
 namespace {
 
 using namespace bmt;
-
-DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : a == 1 ? DType::bf16 : DType::f16; }
-
-void sync() { context().compute_stream().synchronize(); }
-
-Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(numel_of(shape)));
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
-  }
-  return Tensor::from_floats(v, shape, dtype);
-}
+using namespace bmt::bench;
 
 void report_flops(benchmark::State& state, double flops_per_iter, DType dtype) {
   state.counters["TFLOP"] = benchmark::Counter(flops_per_iter * static_cast<double>(state.iterations()) * 1e-12,

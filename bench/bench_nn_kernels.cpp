@@ -36,29 +36,18 @@
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/nn/init.hpp"
 
+#include "bench_common.hpp"
+
 namespace {
 
 using namespace bmt;
+using namespace bmt::bench;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kReps = memory::is_host() ? 1 : 20;
 // Full GPT-2 batches on a GPU; a host build keeps the large tensors to a size a CPU finishes.
 constexpr std::int64_t kRows = 16 * 1024;
 constexpr std::int64_t kVocabRows = memory::is_host() ? 256 : 16 * 1024;
-
-DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : DType::bf16; }
-
-void sync() { context().compute_stream().synchronize(); }
-
-Tensor random_like(const Shape& shape, DType dtype, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(numel_of(shape)));
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
-  }
-  return Tensor::from_floats(v, shape, dtype);
-}
 
 // Bytes per second of memory::copy over 1 GiB (256 MiB on the host), counting reads and writes.
 double copy_bandwidth() {
@@ -103,15 +92,15 @@ void BM_Copy(benchmark::State& state) {
   const std::int64_t rows = state.range(0), cols = state.range(1);
   const DType dt = dtype_arg(state.range(2));
   const std::size_t bytes = static_cast<std::size_t>(rows * cols) * dtype_size(dt);
-  const Tensor a = random_like({rows, cols}, dt, 1), b = Tensor::empty({rows, cols}, dt);
+  const Tensor a = random_tensor({rows, cols}, dt, 1), b = Tensor::empty({rows, cols}, dt);
   measure(state, 2.0 * bytes, dtype_name(dt), [&] { memory::copy(b.data(), a.data(), bytes); });
 }
 
 struct NormCase {
   Tensor x, w, b, dy, y, dx, dw, db, mean, rstd;
   NormCase(std::int64_t rows, std::int64_t C, DType dt)
-      : x(random_like({rows, C}, dt, 1)), w(random_like({C}, dt, 2)), b(random_like({C}, dt, 3)),
-        dy(random_like({rows, C}, dt, 4)), y(Tensor::empty({rows, C}, dt)), dx(Tensor::empty({rows, C}, dt)),
+      : x(random_tensor({rows, C}, dt, 1)), w(random_tensor({C}, dt, 2)), b(random_tensor({C}, dt, 3)),
+        dy(random_tensor({rows, C}, dt, 4)), y(Tensor::empty({rows, C}, dt)), dx(Tensor::empty({rows, C}, dt)),
         dw(Tensor::empty({C}, dt)), db(Tensor::empty({C}, dt)), mean(Tensor::empty({rows})),
         rstd(Tensor::empty({rows})) {}
 };
@@ -162,7 +151,7 @@ void BM_SoftmaxBackward(benchmark::State& state) {
 struct CrossEntropyCase {
   Tensor logits, targets, lse, loss, count, one, dlogits;
   CrossEntropyCase(std::int64_t N, std::int64_t V, DType dt)
-      : logits(random_like({N, V}, dt, 1)), lse(Tensor::empty({N})), loss(Tensor::empty({})),
+      : logits(random_tensor({N, V}, dt, 1)), lse(Tensor::empty({N})), loss(Tensor::empty({})),
         count(Tensor::empty({})), one(full({}, 1.0f)), dlogits(Tensor::empty({N, V}, dt)) {
     std::vector<std::int64_t> t(static_cast<std::size_t>(N));
     for (std::int64_t i = 0; i < N; ++i) t[i] = (i * 7919) % V;
@@ -189,37 +178,37 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
 // The MLP's activation runs on 4x the model width.
 void BM_GeluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor x = random_like({state.range(0), 4 * state.range(1)}, dt, 1);
+  const Tensor x = random_tensor({state.range(0), 4 * state.range(1)}, dt, 1);
   measure(state, 2.0 * x.nbytes(), dtype_name(dt), [&] { kernels::activation_forward(kernels::Activation::gelu, x); });
 }
 
 void BM_GeluBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor x = random_like({state.range(0), 4 * state.range(1)}, dt, 1);
-  const Tensor g = random_like({state.range(0), 4 * state.range(1)}, dt, 2);
+  const Tensor x = random_tensor({state.range(0), 4 * state.range(1)}, dt, 1);
+  const Tensor g = random_tensor({state.range(0), 4 * state.range(1)}, dt, 2);
   measure(state, 3.0 * x.nbytes(), dtype_name(dt),
           [&] { kernels::activation_backward(kernels::Activation::gelu, x, g); });
 }
 
 void BM_ResidualAdd(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor a = random_like({state.range(0), state.range(1)}, dt, 1);
-  const Tensor b = random_like({state.range(0), state.range(1)}, dt, 2);
+  const Tensor a = random_tensor({state.range(0), state.range(1)}, dt, 1);
+  const Tensor b = random_tensor({state.range(0), state.range(1)}, dt, 2);
   measure(state, 3.0 * a.nbytes(), dtype_name(dt), [&] { kernels::binary(kernels::BinaryOp::add, a, b); });
 }
 
 void BM_SwigluForward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor g = random_like({state.range(0), state.range(1)}, dt, 1);
-  const Tensor u = random_like({state.range(0), state.range(1)}, dt, 2);
+  const Tensor g = random_tensor({state.range(0), state.range(1)}, dt, 1);
+  const Tensor u = random_tensor({state.range(0), state.range(1)}, dt, 2);
   measure(state, 3.0 * g.nbytes(), dtype_name(dt), [&] { kernels::swiglu_forward(g, u); });
 }
 
 void BM_SwigluBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
-  const Tensor g = random_like({state.range(0), state.range(1)}, dt, 1);
-  const Tensor u = random_like({state.range(0), state.range(1)}, dt, 2);
-  const Tensor gr = random_like({state.range(0), state.range(1)}, dt, 3);
+  const Tensor g = random_tensor({state.range(0), state.range(1)}, dt, 1);
+  const Tensor u = random_tensor({state.range(0), state.range(1)}, dt, 2);
+  const Tensor gr = random_tensor({state.range(0), state.range(1)}, dt, 3);
   measure(state, 5.0 * g.nbytes(), dtype_name(dt), [&] {
     Tensor dg, du;
     kernels::swiglu_backward(g, u, gr, &dg, &du);
@@ -229,8 +218,8 @@ void BM_SwigluBackward(benchmark::State& state) {
 struct EmbeddingCase {
   Tensor ids, weight, out, grad_out, grad_weight;
   EmbeddingCase(std::int64_t tokens, std::int64_t V, std::int64_t C, DType dt)
-      : weight(random_like({V, C}, dt, 1)), out(Tensor::empty({tokens, C}, dt)),
-        grad_out(random_like({tokens, C}, dt, 2)), grad_weight(Tensor::empty({V, C}, DType::f32)) {
+      : weight(random_tensor({V, C}, dt, 1)), out(Tensor::empty({tokens, C}, dt)),
+        grad_out(random_tensor({tokens, C}, dt, 2)), grad_weight(Tensor::empty({V, C}, DType::f32)) {
     // Zipf-like ids: a few frequent tokens, as in text.
     std::vector<std::int64_t> v(static_cast<std::size_t>(tokens));
     std::uint64_t s = 7;
