@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bmtrain/optim/adamw.hpp"
+#include "bmtrain/optim/lr_scheduler.hpp"
 #include "bmtrain/optim/optim_manager.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -67,13 +68,32 @@ std::vector<Span> read_trace(const std::string& path, int rank, nlohmann::json* 
   return spans;
 }
 
-void step(Model& model, bmt::optim::OptimManager& manager) {
-  std::vector<float> x(3 * kD);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(bmt::rank()));
-  manager.zero_grad();
-  manager.backward(model.loss(bmt::Tensor::from_floats(x, {3, kD})));
-  manager.step();
+Model& initialized(Model& model) {
+  bmt::init_parameters(model);
+  return model;
 }
+
+// A model with AdamW under an OptimManager; step() runs one training step on rank-dependent data.
+struct Training {
+  Model model;
+  bmt::optim::AdamW adamw;
+  std::unique_ptr<bmt::optim::LRScheduler> schedule;
+  bmt::optim::OptimManager manager;
+
+  Training() : adamw(initialized(model)) {  // AdamW copies the initialized shards
+    schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
+    manager.add_optimizer(adamw, schedule.get());
+  }
+
+  void step() {
+    std::vector<float> x(3 * kD);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(bmt::rank()));
+    manager.zero_grad();
+    manager.backward(model.loss(bmt::Tensor::from_floats(x, {3, kD})));
+    manager.step();
+  }
+};
 
 TEST(Timeline, RankPathInsertsTheRank) {
   EXPECT_EQ(bmt::timeline::rank_path("trace.json", 3), "trace.rank3.json");
@@ -85,30 +105,20 @@ TEST(Timeline, RankPathInsertsTheRank) {
 TEST(Timeline, OffRecordsNothing) {
   bmt::timeline::reset();
   ASSERT_FALSE(bmt::timeline::enabled());
-  Model model;
-  bmt::init_parameters(model);
-  bmt::optim::AdamW adamw(model);
-  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
-  bmt::optim::OptimManager manager;
-  manager.add_optimizer(adamw, schedule.get());
-  step(model, manager);
+  Training training;
+  training.step();
   EXPECT_EQ(bmt::timeline::span_count(), 0u);
 }
 
 TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
   bmt::timeline::reset();
   const std::string path = shared_prefix() + ".json";
-  Model model;
-  bmt::init_parameters(model);
-  bmt::optim::AdamW adamw(model);
-  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
-  bmt::optim::OptimManager manager;
-  manager.add_optimizer(adamw, schedule.get());
-  step(model, manager);  // warm-up, not traced
+  Training training;
+  training.step();  // warm-up, not traced
 
   bmt::timeline::enable(path);
   ASSERT_TRUE(bmt::timeline::enabled());
-  step(model, manager);
+  training.step();
   bmt::timeline::write();
   bmt::timeline::reset();
   EXPECT_FALSE(bmt::timeline::enabled());
@@ -176,13 +186,8 @@ TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
 TEST(Timeline, EnvironmentEnablesItAtInit) {
   if (!std::getenv("BMT_TIMELINE")) GTEST_SKIP() << "BMT_TIMELINE is not set";
   EXPECT_TRUE(bmt::timeline::enabled());
-  Model model;
-  bmt::init_parameters(model);
-  bmt::optim::AdamW adamw(model);
-  auto schedule = bmt::optim::make_scheduler("constant", 1e-3f, 0, 10, 0.0f);
-  bmt::optim::OptimManager manager;
-  manager.add_optimizer(adamw, schedule.get());
-  step(model, manager);
+  Training training;
+  training.step();
   EXPECT_GT(bmt::timeline::span_count(), 0u);
 }
 
