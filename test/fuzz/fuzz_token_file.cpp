@@ -4,7 +4,6 @@
 // give a token count that fits the file, and every sequence it offers must be readable.
 #include <bmtrain/io/token_dataset.hpp>
 #include <bmtrain/runtime/error.hpp>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -14,31 +13,8 @@
 
 #include "fuzz_check.hpp"
 
-namespace {
-
-const std::string& scratch_path() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    std::string pattern = std::string(dir && *dir ? dir : "/tmp") + "/bmt-fuzz-token-XXXXXX";
-    const int fd = ::mkstemp(pattern.data());
-    BMT_FUZZ_CHECK(fd >= 0);
-    ::close(fd);
-    std::atexit([] { std::remove(scratch_path().c_str()); });
-    return pattern;
-  }();
-  return path;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string& path = scratch_path();
-  {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    BMT_FUZZ_CHECK(f != nullptr);
-    BMT_FUZZ_CHECK(size == 0 || std::fwrite(data, 1, size, f) == size);
-    std::fclose(f);
-  }
+  const std::string& path = input_as_file(data, size);
   using bmt::io::TokenFileFormat;
   for (auto format : {TokenFileFormat::detect, TokenFileFormat::llmc, TokenFileFormat::raw_u16}) {
     try {
