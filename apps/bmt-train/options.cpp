@@ -135,6 +135,9 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   app.add_option("--timeline", o.timeline, "Write a per-stream timeline of the blocks' compute, gathers and "
                                            "reduce-scatters as a Chrome trace (one file per rank: trace.json -> "
                                            "trace.rank0.json; open in ui.perfetto.dev)");
+  app.add_flag("--timeline-ops", o.timeline_ops, "With --timeline: also one span per op's forward and backward "
+                                                 "(bench/timeline_summary.py adds them up)")
+      ->needs("--timeline");
 
   try {
     app.parse(argc, argv);

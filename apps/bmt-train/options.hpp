@@ -50,6 +50,7 @@ struct TrainOptions {
   bool progress = false;     // force the progress bar on
   bool no_progress = false;  // force it off (default: on for an interactive terminal)
   std::string timeline;      // per-stream Chrome trace, one file per rank (bmt::timeline)
+  bool timeline_ops = false;  // the timeline also times each op (bmt::timeline::Detail::ops)
 
   ModelConfig model_config() const;
 };

@@ -404,7 +404,8 @@ int train(const TrainOptions& o) {
   TokenStaging staging(2 * static_cast<std::size_t>(accumulation),
                        static_cast<std::size_t>(micro * o.seq) * sizeof(std::int32_t));
   std::vector<bmt::Tensor> losses;
-  if (!o.timeline.empty()) bmt::timeline::enable(o.timeline);
+  if (!o.timeline.empty())
+    bmt::timeline::enable(o.timeline, o.timeline_ops ? bmt::timeline::Detail::ops : bmt::timeline::Detail::blocks);
 
   ProgressBar bar(o.progress, o.no_progress);
   double seconds_per_step = 0;

@@ -6,6 +6,7 @@
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "op_span.hpp"
 
 namespace bmt::autograd {
 
@@ -91,7 +92,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     std::vector<Tensor> in = std::move(inbox[n]);
     inbox.erase(n);
     in.resize(static_cast<std::size_t>(std::max(n->num_outputs, 1)));
-    std::vector<Tensor> out = n->apply(in);
+    std::vector<Tensor> out;
+    {
+      OpSpan span("op backward", *n);
+      out = n->apply(in);
+    }
     in.clear();
     n->release();
     for (std::size_t i = 0; i < n->next_edges.size(); ++i) {

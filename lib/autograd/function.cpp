@@ -1,6 +1,7 @@
 #include "bmtrain/autograd/function.hpp"
 
 #include "bmtrain/runtime/error.hpp"
+#include "op_span.hpp"
 
 namespace bmt::autograd {
 
@@ -50,6 +51,7 @@ std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std
   fn->recording_ = record;
   {
     NoGradGuard no_grad;
+    OpSpan span("op forward", *fn);
     outputs = fn->forward(inputs);
   }
   if (!record) return outputs;

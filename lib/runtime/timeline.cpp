@@ -28,6 +28,7 @@ namespace bmt::timeline {
 namespace detail {
 
 std::atomic<bool> g_on{false};
+std::atomic<bool> g_ops{false};
 
 namespace {
 
@@ -162,7 +163,7 @@ using detail::state;
 
 namespace {
 
-void enable_on(const std::string& path, Stream& base) {
+void enable_on(const std::string& path, Detail level, Stream& base) {
   auto& s = state();
   bool hook = false;
   {
@@ -182,21 +183,24 @@ void enable_on(const std::string& path, Stream& base) {
       st.finalize_hook = false;
     });
   }
+  detail::g_ops.store(level == Detail::ops, std::memory_order_relaxed);
   detail::g_on.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace
 
-void enable(const std::string& path) {
+void enable(const std::string& path, Detail level) {
   BMT_REQUIRE(!path.empty(), "timeline::enable: expected a file path, found an empty one");
   BMT_REQUIRE(is_initialized(), "timeline::enable: expected the runtime to be initialized (bmt::init_distributed) "
                                 "first: the trace's time 0 is an event on the compute stream");
-  enable_on(path, context().compute_stream());
+  enable_on(path, level, context().compute_stream());
 }
 
 void detail::runtime_starting(Stream& compute) {
   const char* path = std::getenv("BMT_TIMELINE");
-  if (path && *path) enable_on(path, compute);
+  const char* ops = std::getenv("BMT_TIMELINE_OPS");
+  const bool with_ops = ops && *ops && std::string(ops) != "0";
+  if (path && *path) enable_on(path, with_ops ? Detail::ops : Detail::blocks, compute);
 }
 
 void disable() { detail::g_on.store(false, std::memory_order_relaxed); }
@@ -277,6 +281,7 @@ void reset() {
   s.label_ids.clear();
   s.tracks.clear();
   s.path.clear();
+  detail::g_ops.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace bmt::timeline

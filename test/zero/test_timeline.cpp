@@ -137,6 +137,7 @@ TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
 
     std::map<std::string, std::vector<Span>> by_name;
     for (const auto& s : spans) {
+      EXPECT_NE(s.category.rfind("op ", 0), 0u) << s.name << ": an op span at Detail::blocks";
       EXPECT_GE(s.ts, -1.0) << s.name;  // after enable (1 us for the CUDA event resolution)
       EXPECT_GE(s.dur, 0.0) << s.name;
       by_name[s.name].push_back(s);
@@ -176,6 +177,46 @@ TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
     EXPECT_EQ(by_name["optimizer step"][0].track, "compute");
     // The optimizer runs after the last backward.
     EXPECT_GE(by_name["optimizer step"][0].ts + 1.0, by_name["backward blocks.0"][0].ts);
+  }
+  bmt::synchronize();
+  std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
+}
+
+// Detail::ops: each op's forward (in the block's forward and again in its recompute) and backward
+// is a span on the compute stream, inside the span of the block that ran it.
+TEST(Timeline, OpDetailTimesEachOpInsideItsBlock) {
+  bmt::timeline::reset();
+  const std::string path = shared_prefix() + "_ops.json";
+  Training training;
+  training.step();
+  bmt::timeline::enable(path, bmt::timeline::Detail::ops);
+  EXPECT_TRUE(bmt::timeline::ops_enabled());
+  training.step();
+  bmt::timeline::write();
+  bmt::timeline::reset();
+  EXPECT_FALSE(bmt::timeline::ops_enabled());
+  bmt::synchronize();
+
+  const auto spans = read_trace(bmt::timeline::rank_path(path, bmt::rank()), bmt::rank(), nullptr);
+  std::map<std::string, int> count;
+  std::vector<Span> blocks;
+  for (const auto& s : spans) {
+    ++count[s.name];
+    if (s.category == "forward" || s.category == "recompute" || s.category == "backward") blocks.push_back(s);
+  }
+  EXPECT_EQ(count["op forward TanhAffine"], 2 * kBlocks) << "one forward and one recompute per block";
+  EXPECT_EQ(count["op backward TanhAffine"], kBlocks);
+  EXPECT_EQ(count["op forward SumAll"], 1);
+  EXPECT_EQ(count["op backward SumAll"], 1);
+  const double tol = 1.0;  // us: CUDA event resolution
+  for (const auto& s : spans) {
+    if (s.name.find("TanhAffine") == std::string::npos) continue;
+    EXPECT_EQ(s.track, "compute") << s.name;
+    EXPECT_EQ(s.category, s.name.substr(0, s.name.rfind(' '))) << s.name;
+    const bool inside = std::any_of(blocks.begin(), blocks.end(), [&](const Span& b) {
+      return s.ts + tol >= b.ts && s.ts + s.dur <= b.ts + b.dur + tol;
+    });
+    EXPECT_TRUE(inside) << s.name << " at " << s.ts << " us is in no block's span";
   }
   bmt::synchronize();
   std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());

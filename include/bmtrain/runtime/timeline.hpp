@@ -18,6 +18,10 @@
 // Memory is bounded: at most kMaxSpans spans are kept per process (24 bytes each once resolved,
 // about 25 MB); later ones are counted, not recorded, and write() reports how many were dropped.
 // A span still open when write() runs is left out.
+//
+// With Detail::ops (or BMT_TIMELINE_OPS=1 next to BMT_TIMELINE) every autograd op's forward and
+// backward also gets a span on the compute stream, "op forward <op>" / "op backward <op>", so a
+// block's time can be split by op; bench/timeline_summary.py adds them up per step.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +37,7 @@ constexpr std::size_t kMaxSpans = std::size_t{1} << 20;
 
 namespace detail {
 extern std::atomic<bool> g_on;
+extern std::atomic<bool> g_ops;
 std::int64_t begin(Stream& stream, const char* name, const std::string* subject);
 void end(std::int64_t id, Stream& stream);
 // Called by the compute stream's constructor, that is when the runtime starts: enables the
@@ -40,10 +45,16 @@ void end(std::int64_t id, Stream& stream);
 void runtime_starting(Stream& compute);
 }  // namespace detail
 
+// How fine the spans are: blocks (each block's compute, gathers, reduce-scatters, the optimizer),
+// or ops (those plus one span per autograd op's forward and backward).
+enum class Detail { blocks, ops };
+
 // Starts recording; the trace's time 0 is now (a base event on the compute stream). Needs the
-// runtime. Enabling again with another path only changes where write() goes.
-void enable(const std::string& path);
+// runtime. Enabling again with another path only changes where write() goes (and the detail).
+void enable(const std::string& path, Detail detail = Detail::blocks);
 inline bool enabled() { return detail::g_on.load(std::memory_order_relaxed); }
+// True while recording at Detail::ops.
+inline bool ops_enabled() { return enabled() && detail::g_ops.load(std::memory_order_relaxed); }
 // Stops recording; spans already recorded are kept for write().
 void disable();
 // Resolves every recorded span (waiting for the streams to reach them) and writes this rank's
