@@ -61,22 +61,28 @@ void BM_Matmul(benchmark::State& state) {
   report_flops(state, 2.0 * m * n * k, dt);
 }
 
-// y = x W^T with W [n, k]: the weight read through a transpose flag, as every Linear layer does.
+// y = x W^T (+ b) with W [n, k]: the weight read through a transpose flag, as every Linear layer
+// does; the fifth argument adds a bias (its gradient is a column sum of dy).
 void BM_LinearForwardBackward(benchmark::State& state) {
   const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   const DType dt = dtype_arg(state.range(3));
   Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2);
+  Tensor b = state.range(4) ? random_tensor({n}, dt, 4) : Tensor();
   x.set_requires_grad(true);
   w.set_requires_grad(true);
+  if (b.defined()) b.set_requires_grad(true);
   const Tensor dy = random_tensor({m, n}, dt, 3);
-  autograd::backward({linear(x, w)}, {dy});  // warm-up
-  x.set_grad(Tensor());
-  w.set_grad(Tensor());
-  for (auto _ : state) {
-    Tensor y = linear(x, w);
-    autograd::backward({y}, {dy});
+  auto clear_grads = [&] {
     x.set_grad(Tensor());
     w.set_grad(Tensor());
+    if (b.defined()) b.set_grad(Tensor());
+  };
+  autograd::backward({linear(x, w, b)}, {dy});  // warm-up
+  clear_grads();
+  for (auto _ : state) {
+    Tensor y = linear(x, w, b);
+    autograd::backward({y}, {dy});
+    clear_grads();
     sync();
   }
   report_flops(state, 3 * 2.0 * m * n * k, dt);  // forward, dx, dW
@@ -220,9 +226,16 @@ void vendor_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// GPT-2 small's MLP; on a GPU also the four projections of a GPT-2 XL block at batch 16 x 1024
+// (QKV, attention output, MLP in, MLP out) in bf16 with their biases.
 void linear_shapes(benchmark::internal::Benchmark* b) {
   const bool host = memory::is_host();
-  for (std::int64_t dt : {0, 1}) b->Args({host ? 512 : 4096, 768, 3072, dt});
+  for (std::int64_t dt : {0, 1}) b->Args({host ? 512 : 4096, 768, 3072, dt, 0});
+  if (!host) {
+    const std::int64_t tokens = 16 * 1024, C = 1600;
+    for (const auto& kn : std::vector<std::pair<std::int64_t, std::int64_t>>{{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}})
+      for (std::int64_t bias : {0, 1}) b->Args({tokens, kn.first, kn.second, 1, bias});
+  }
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
