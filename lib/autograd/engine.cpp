@@ -5,6 +5,7 @@
 
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "op_span.hpp"
 
@@ -18,10 +19,8 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   if (!slot.defined()) {
     slot = grad;
   } else {
-    // slot may alias a tensor someone else holds: sum into a fresh buffer.
-    Tensor sum = clone(slot);
-    add_(sum, grad);
-    slot = sum;
+    // slot may alias a tensor someone else holds: sum into a fresh buffer (one pass).
+    slot = kernels::binary(kernels::BinaryOp::add, slot, grad);
   }
 }
 
@@ -30,8 +29,12 @@ void accumulate(Tensor& slot, const Tensor& grad) {
 std::vector<Tensor> accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& grad) {
   if (!grad.defined()) return {};
   if (!leaf->grad) {
-    // The leaf owns its gradient: never alias a buffer backward may reuse.
-    leaf->grad = clone(grad).impl();
+    // The leaf owns its gradient: never alias a buffer someone else may read or change. A fresh
+    // buffer that only this gradient refers to (a weight gradient's GEMM output) is taken as is.
+    const bool sole_owner = grad.impl().use_count() == 1 && grad.storage() && grad.storage().use_count() == 1 &&
+                            grad.storage()->owned() && grad.is_contiguous() && !grad.impl()->requires_grad &&
+                            !grad.impl()->grad_fn;
+    leaf->grad = sole_owner ? grad.impl() : clone(grad).impl();
   } else {
     add_(Tensor(leaf->grad), grad);
   }

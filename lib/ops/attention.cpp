@@ -1,6 +1,8 @@
 #include "bmtrain/ops/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/attention.hpp"
@@ -10,6 +12,42 @@
 namespace bmt {
 
 namespace {
+
+// Uninitialized gradient buffers laid out like q, k and v. When those are views that exactly tile
+// one buffer (the fused QKV projection, split and reshaped), the gradients are the same views of
+// one new buffer, so that split's backward joins them with no copy. Separate buffers otherwise.
+std::vector<Tensor> empty_like_inputs(const std::vector<Tensor>& in) {
+  bool tiled = true;
+  std::size_t lo = SIZE_MAX, hi = 0, total = 0;
+  for (const Tensor& t : in) {
+    tiled = tiled && t.storage() && t.storage() == in[0].storage() && t.dtype() == in[0].dtype() && t.numel() > 0;
+    if (!tiled) break;
+    std::size_t last = t.impl()->offset;
+    for (std::int64_t d = 0; d < t.dim(); ++d) {
+      tiled = tiled && t.strides()[d] >= 0;
+      last += static_cast<std::size_t>((t.size(d) - 1) * t.strides()[d]);
+    }
+    lo = std::min(lo, t.impl()->offset);
+    hi = std::max(hi, last + 1);
+    total += static_cast<std::size_t>(t.numel());
+  }
+  std::vector<Tensor> out;
+  if (!tiled || hi - lo != total) {
+    for (const Tensor& t : in) out.push_back(Tensor::empty(t.shape(), t.dtype()));
+    return out;
+  }
+  const Tensor base = Tensor::empty({static_cast<std::int64_t>(total)}, in[0].dtype());
+  for (const Tensor& t : in) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = base.storage();
+    impl->offset = t.impl()->offset - lo;
+    impl->shape = t.shape();
+    impl->strides = t.strides();
+    impl->dtype = t.dtype();
+    out.emplace_back(std::move(impl));
+  }
+  return out;
+}
 
 // Inputs: q, k, v, in the op's layout ([B, H, T, D], or [B, T, H, D] when bthd).
 class AttentionFn final : public autograd::Function {
@@ -39,9 +77,8 @@ class AttentionFn final : public autograd::Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
     const Tensor dout = upstream_grad(g[0], out_, name());
-    Tensor dq = Tensor::empty(q_.shape(), q_.dtype());
-    Tensor dk = Tensor::empty(k_.shape(), k_.dtype());
-    Tensor dv = Tensor::empty(v_.shape(), v_.dtype());
+    const std::vector<Tensor> grads = empty_like_inputs({q_, k_, v_});
+    const Tensor &dq = grads[0], &dk = grads[1], &dv = grads[2];
     kernels::attention_backward(heads_first(q_), heads_first(k_), heads_first(v_), heads_first(out_),
                                 heads_first(dout), lse_, causal_, *scale_, heads_first(dq), heads_first(dk),
                                 heads_first(dv));

@@ -1,5 +1,10 @@
 // Differentiable shape ops and dtype conversion. Their gradients move data back the way it came:
 // reshape back, transpose back, split <-> concat, cast back to the input's dtype.
+//
+// reshape and split copy nothing when the strides allow: split returns slices of its input, and
+// reshape views them (the fused QKV projection [B, T, 3C] splits into three [B, T, C] slices, each
+// viewed as [B, T, H, D]). On the way back, gradients that already lie side by side in one buffer,
+// as attention writes them for a fused projection, join with no copy either.
 #include "bmtrain/ops/shape.hpp"
 
 #include "bmtrain/autograd/function.hpp"
@@ -18,11 +23,14 @@ class Reshape final : public autograd::Function {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     BMT_REQUIRE(in[0].defined(), "reshape: expected a defined tensor");
     input_shape_ = in[0].shape();
-    return {contiguous(in[0]).view(shape_)};
+    return {reshaped(in[0], shape_)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {Tensor()};
-    return {contiguous(grads[0]).view(input_shape_)};
+    return {reshaped(grads[0], input_shape_)};
+  }
+  static Tensor reshaped(const Tensor& t, const Shape& shape) {
+    return t.can_view(shape) ? t.view(shape) : contiguous(t).view(shape);
   }
 
  private:
@@ -52,13 +60,32 @@ class Split final : public autograd::Function {
   Split(std::vector<std::int64_t> sizes, std::int64_t dim) : sizes_(std::move(sizes)), dim_(dim) {}
   std::string name() const override { return "split"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    shape_ = in[0].defined() ? in[0].shape() : Shape();
-    dtype_ = in[0].defined() ? in[0].dtype() : DType::f32;
-    return kernels::split(in[0], sizes_, dim_);
+    // kernels::split checks the sizes (and copies); the pieces returned are slices instead.
+    BMT_REQUIRE(in[0].defined(), "split: expected a defined tensor");
+    const Tensor& x = in[0];
+    shape_ = x.shape();
+    dtype_ = x.dtype();
+    const std::int64_t d = dim_ < 0 ? dim_ + x.dim() : dim_;
+    std::int64_t total = 0;
+    for (auto s : sizes_) {
+      BMT_REQUIRE(s >= 0, "split: expected non-negative sizes, found " << to_string(sizes_));
+      total += s;
+    }
+    BMT_REQUIRE(d >= 0 && d < x.dim() && total == x.size(d),
+                "split: expected sizes summing to dimension " << dim_ << " of " << to_string(x.shape())
+                                                              << ", found " << to_string(sizes_));
+    std::vector<Tensor> pieces;
+    std::int64_t start = 0;
+    for (auto s : sizes_) {
+      pieces.push_back(x.slice(d, start, start + s));
+      start += s;
+    }
+    return pieces;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    std::vector<Tensor> pieces;
     const std::int64_t d = dim_ < 0 ? dim_ + static_cast<std::int64_t>(shape_.size()) : dim_;
+    if (Tensor joined = side_by_side(grads, d); joined.defined()) return {joined};
+    std::vector<Tensor> pieces;
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
       if (i < grads.size() && grads[i].defined()) {
         pieces.push_back(grads[i]);
@@ -72,6 +99,34 @@ class Split final : public autograd::Function {
   }
 
  private:
+  // The whole gradient as a view, when the pieces' gradients are the slices of one buffer that
+  // split would have cut: same storage, dtype and strides, each starting where the previous ends
+  // along `d`. Undefined otherwise.
+  Tensor side_by_side(const std::vector<Tensor>& grads, std::int64_t d) const {
+    if (grads.size() != sizes_.size() || grads.empty()) return Tensor();
+    const Tensor& first = grads[0];
+    if (!first.defined() || !first.storage()) return Tensor();
+    std::int64_t start = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Tensor& g = grads[i];
+      if (!g.defined() || g.storage() != first.storage() || g.dtype() != first.dtype() ||
+          g.strides() != first.strides() || g.dim() != static_cast<std::int64_t>(shape_.size()))
+        return Tensor();
+      const auto expected = first.impl()->offset + static_cast<std::size_t>(start * first.strides()[d]);
+      if (g.impl()->offset != expected) return Tensor();
+      for (std::int64_t e = 0; e < g.dim(); ++e)
+        if (g.size(e) != (e == d ? sizes_[i] : shape_[static_cast<std::size_t>(e)])) return Tensor();
+      start += sizes_[i];
+    }
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = first.storage();
+    impl->offset = first.impl()->offset;
+    impl->shape = shape_;
+    impl->strides = first.strides();
+    impl->dtype = first.dtype();
+    return Tensor(std::move(impl));
+  }
+
   std::vector<std::int64_t> sizes_;
   std::int64_t dim_;
   Shape shape_;

@@ -225,28 +225,76 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, std::size_t off
 }
 }  // namespace
 
-Tensor Tensor::view(const Shape& new_shape) const {
-  BMT_REQUIRE(is_contiguous(), "Tensor::view: expected a contiguous tensor, found strides "
-                                   << bmt::to_string(strides()) << " for shape " << bmt::to_string(shape())
-                                   << " (use bmt::contiguous first)");
-  Shape s = new_shape;
+namespace {
+// `shape` with its one -1 (if any) resolved for `numel` elements.
+Shape resolve_shape(const Shape& shape, std::int64_t numel) {
+  Shape s = shape;
   std::int64_t known = 1, infer = -1;
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
-      BMT_REQUIRE(infer < 0, "Tensor::view: expected at most one -1 in " << bmt::to_string(new_shape));
+      BMT_REQUIRE(infer < 0, "Tensor::view: expected at most one -1 in " << bmt::to_string(shape));
       infer = static_cast<std::int64_t>(i);
     } else {
       known *= s[i];
     }
   }
   if (infer >= 0) {
-    BMT_REQUIRE(known > 0 && numel() % known == 0, "Tensor::view: cannot infer -1 in " << bmt::to_string(new_shape)
-                                                       << " for " << numel() << " elements");
-    s[infer] = numel() / known;
+    BMT_REQUIRE(known > 0 && numel % known == 0, "Tensor::view: cannot infer -1 in " << bmt::to_string(shape)
+                                                     << " for " << numel << " elements");
+    s[infer] = numel / known;
   }
-  BMT_REQUIRE(numel_of(s) == numel(), "Tensor::view: expected a shape of " << numel() << " elements, found "
-                                          << bmt::to_string(new_shape));
-  return make_view(*this, s, contiguous_strides(s), impl_->offset);
+  BMT_REQUIRE(numel_of(s) == numel, "Tensor::view: expected a shape of " << numel << " elements, found "
+                                        << bmt::to_string(shape));
+  return s;
+}
+
+// Strides that read the elements of (shape, strides) in the same order under new_shape, if there
+// are any. Runs of dimensions that are contiguous with one another (a "chunk") may be regrouped
+// freely; a view can only split or merge dimensions within a chunk. So [B, T, 3C] sliced to
+// [B, T, C] views as [B, T, H, D], but a transposed tensor does not flatten.
+bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape, Shape& out) {
+  out.assign(new_shape.size(), 0);
+  if (numel_of(shape) == 0 || shape.empty()) {
+    out = contiguous_strides(new_shape);
+    return true;
+  }
+  std::int64_t view_d = static_cast<std::int64_t>(new_shape.size()) - 1;
+  std::int64_t chunk_stride = strides.back(), chunk_numel = 1, view_numel = 1;
+  for (std::int64_t d = static_cast<std::int64_t>(shape.size()) - 1; d >= 0; --d) {
+    chunk_numel *= shape[d];
+    const bool chunk_ends = d == 0 || (shape[d - 1] != 1 && strides[d - 1] != chunk_numel * chunk_stride);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (view_numel < chunk_numel || new_shape[view_d] == 1)) {
+      out[view_d] = view_numel * chunk_stride;
+      view_numel *= new_shape[view_d];
+      --view_d;
+    }
+    if (view_numel != chunk_numel) return false;
+    if (d > 0) {
+      chunk_stride = strides[d - 1];
+      chunk_numel = view_numel = 1;
+    }
+  }
+  return view_d == -1;
+}
+}  // namespace
+
+bool Tensor::can_view(const Shape& new_shape) const {
+  check_defined("Tensor::can_view");
+  Shape strides_out;
+  return view_strides(shape(), strides(), resolve_shape(new_shape, numel()), strides_out);
+}
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  check_defined("Tensor::view");
+  const Shape s = resolve_shape(new_shape, numel());
+  if (is_contiguous()) return make_view(*this, s, contiguous_strides(s), impl_->offset);
+  Shape st;
+  BMT_REQUIRE(view_strides(shape(), strides(), s, st),
+              "Tensor::view: cannot view shape " << bmt::to_string(shape()) << " with strides " << bmt::to_string(strides())
+                                                 << " as " << bmt::to_string(new_shape)
+                                                 << " without a copy (use bmt::contiguous first)");
+  return make_view(*this, s, st, impl_->offset);
 }
 
 Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end) const {

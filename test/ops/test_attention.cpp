@@ -7,6 +7,7 @@
 
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/ops/attention.hpp"
+#include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 #include "gradcheck.hpp"
@@ -168,6 +169,29 @@ TEST(Attention, BthdLayoutAndFusedQkvViews) {
   // And the [B, H, T, D] entry point on a transposed view agrees exactly.
   const Tensor o2 = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   EXPECT_EQ(o2.to_host_floats(), swap_heads_and_time(o.to_host_floats(), B, T, H, D));
+}
+
+// A fused QKV projection [B, T, 3C], split and reshaped to heads as bmt-train's GPT-2 block does:
+// no copy on the way in, and the gradient that reaches the projection equals the one of three
+// separate contiguous inputs.
+TEST(Attention, FusedProjectionSplitIntoHeads) {
+  const std::int64_t B = 2, T = 9, H = 2, D = 8, C = H * D;
+  const auto qkv = random_floats(B * T * 3 * C, 35);
+  const auto w = random_floats(B * T * C, 36);
+  Tensor fused = Tensor::from_floats(qkv, {B, T, 3 * C}).set_requires_grad(true);
+  const auto p = split(fused, {C, C, C}, -1);
+  std::vector<Tensor> heads;
+  for (const Tensor& t : p) heads.push_back(reshape(t, {B, T, H, D}));
+  for (const Tensor& t : heads) EXPECT_EQ(t.storage(), fused.storage());
+  const Tensor weights = Tensor::from_floats(w, {B, T, H, D});
+  sum(mul(attention_bthd(heads[0], heads[1], heads[2]), weights)).backward();
+
+  std::vector<Tensor> separate;
+  for (const Tensor& t : p) separate.push_back(contiguous(t.detach()).view({B, T, H, D}).set_requires_grad(true));
+  sum(mul(attention_bthd(separate[0], separate[1], separate[2]), weights)).backward();
+  const Tensor joined = concat({separate[0].grad().view({B, T, C}), separate[1].grad().view({B, T, C}),
+                                separate[2].grad().view({B, T, C})}, -1);
+  EXPECT_EQ(fused.grad().to_host_floats(), joined.to_host_floats());
 }
 
 // Documented tolerances (bf16/f16 inputs, same rounded values in f32): outputs and gradients

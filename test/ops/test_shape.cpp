@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/kernels/shape.hpp"
 #include "bmtrain/ops/ops.hpp"
@@ -67,7 +68,7 @@ TEST(Shape, SplitAndConcatAlongAnyDimension) {
       Shape s = shape;
       s[d] = sizes[i];
       EXPECT_EQ(pieces[i].shape(), s);
-      EXPECT_TRUE(pieces[i].is_contiguous());
+      EXPECT_EQ(pieces[i].storage(), x.storage()) << "a piece is a slice of the input, not a copy";
       EXPECT_EQ(pieces[i].to_host_floats(), x.slice(d, offset, offset + sizes[i]).to_host_floats())
           << "piece " << i << " along " << dim;
       offset += sizes[i];
@@ -102,6 +103,52 @@ TEST(Shape, SplitAndConcatGradients) {
   auto parts = split(leaf, {2, 4}, 1);
   sum(parts[1]).backward();
   EXPECT_EQ(leaf.grad().to_host_floats(), (std::vector<float>{0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}));
+}
+
+// A slice of a fused projection [B, T, 3C] reshapes to [B, T, H, D] as a view; a transposed tensor
+// cannot merge its swapped dimensions, so reshape copies it and Tensor::view refuses.
+TEST(Shape, ReshapeViewsWhatItsStridesAllow) {
+  const Tensor x = random_tensor({2, 3, 12}, 21);
+  const Tensor q = split(x, {4, 4, 4}, 2)[1];
+  ASSERT_FALSE(q.is_contiguous());
+  ASSERT_TRUE(q.can_view({2, 3, 2, 2}));
+  const Tensor heads = reshape(q, {2, 3, 2, 2});
+  EXPECT_EQ(heads.storage(), x.storage());
+  EXPECT_EQ(heads.strides(), (Shape{36, 12, 2, 1}));
+  EXPECT_EQ(heads.to_host_floats(), contiguous(q).to_host_floats());
+  EXPECT_EQ(reshape(heads, {6, 4}).storage(), x.storage()) << "[B, T] and [H, D] merge back";
+  EXPECT_FALSE(q.can_view({24})) << "rows 12 apart do not flatten";
+  const Tensor t = x.transpose(0, 1);
+  EXPECT_FALSE(t.can_view({6, 12}));
+  EXPECT_THAT([&] { t.view({6, 12}); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("without a copy")));
+  const Tensor flat = reshape(t, {6, 12});
+  EXPECT_NE(flat.storage(), x.storage());
+  EXPECT_EQ(flat.to_host_floats(), contiguous(t).to_host_floats());
+  EXPECT_TRUE(t.can_view({3, 2, 3, 4})) << "splitting the last dimension keeps its chunk";
+  gradcheck([](const std::vector<Tensor>& in) { return reshape(split(in[0], {3, 9}, 2)[1], {2, 3, 3, 3}); },
+            {random_tensor({2, 3, 12}, 22)});
+}
+
+// Gradients that lie side by side in one buffer, as split would cut it, join without a copy;
+// in any other arrangement they are concatenated.
+TEST(Shape, SplitGradientsSideBySideJoinWithoutACopy) {
+  const Tensor g = random_tensor({2, 3, 12}, 23);
+  const auto expected = g.to_host_floats();
+  for (bool in_order : {true, false}) {
+    SCOPED_TRACE(in_order ? "side by side" : "out of order");
+    Tensor x = random_tensor({2, 3, 12}, 24).set_requires_grad(true);
+    const auto p = split(x, {4, 4, 4}, 2);
+    std::vector<Tensor> grads{g.slice(2, 0, 4), g.slice(2, 4, 8), g.slice(2, 8, 12)};
+    if (!in_order) std::swap(grads[0], grads[2]);
+    const auto before = memory_stats().allocations;
+    autograd::backward({p[0], p[1], p[2]}, grads);
+    // Only the leaf's own copy of its gradient; more where the pieces are copied together.
+    const auto allocations = memory_stats().allocations - before;
+    if (in_order) EXPECT_EQ(allocations, 1u);
+    else EXPECT_GT(allocations, 1u);
+    if (in_order) EXPECT_EQ(x.grad().to_host_floats(), expected);
+    EXPECT_EQ(x.grad().to_host_floats(), concat(grads, 2).to_host_floats());
+  }
 }
 
 TEST(Shape, Misuse) {

@@ -1,7 +1,7 @@
 #pragma once
 // Tensor: a dtype, a shape and strides over shared storage in the Kokkos memory space.
 //
-// Views (view/reshape of contiguous data, slice, transpose, select) share storage and copy nothing.
+// Views (view, slice, transpose, select) share storage and copy nothing.
 // Most kernels want contiguous input and call bmt::contiguous(), which copies only when needed.
 // A Tensor is a shared handle: copying it aliases the same data, like a torch.Tensor.
 //
@@ -39,6 +39,8 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
+  // False for wrapped memory, which its owner may reuse.
+  bool owned() const { return owned_; }
 
  private:
   void* data_ = nullptr;
@@ -95,8 +97,10 @@ class Tensor {
   T* data_as() const { return static_cast<T*>(data()); }
   const std::shared_ptr<Storage>& storage() const;
 
-  // Views: no copy. view() needs contiguous data; one dimension may be -1.
+  // Views: no copy. view() splits and merges dimensions whose strides allow it (always for
+  // contiguous data; can_view says whether they do); one dimension may be -1.
   Tensor view(const Shape& shape) const;
+  bool can_view(const Shape& shape) const;
   Tensor flatten() const { return view({-1}); }
   Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end) const;
   Tensor select(std::int64_t dim, std::int64_t index) const;  // removes `dim`
