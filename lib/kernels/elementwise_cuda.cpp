@@ -1,6 +1,7 @@
 // CUDA side of the elementwise kernels (fast_path.hpp): grid-stride loops over 16-byte packs of
 // every operand (8 bf16/f16 or 4 f32 elements per load), with the arithmetic of
-// activation_math.hpp, so values are those of the portable kernels. Contiguous operands only; a
+// activation_math.hpp, so values are those of the portable kernels compiled for the GPU (GELU uses
+// the hardware exp and reciprocal there). Contiguous operands only; a
 // broadcast operand is taken when it repeats along the leading dimensions (a bias row).
 #include "activation_math.hpp"
 #include "cuda_common.hpp"
