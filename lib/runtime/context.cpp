@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -94,6 +96,34 @@ int choose_device(const Topology& t, int requested) {
 #endif
 }
 
+#ifdef BMT_ENABLE_CUDA
+// NCCL refuses a communicator with two ranks on one GPU ("invalid usage"). Every rank learns every
+// rank's (node, GPU UUID), so each finds the same clash and names the ranks, the host and the fix.
+void require_one_rank_per_gpu(MPI_Comm world, const Topology& t) {
+  cudaDeviceProp prop{};
+  BMT_CUDA_CHECK(cudaGetDeviceProperties(&prop, t.device));
+  struct Seat {
+    int node;
+    char uuid[16];
+  };
+  Seat mine{};
+  mine.node = t.node;
+  std::memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
+  std::vector<Seat> seats(static_cast<std::size_t>(t.world_size));
+  BMT_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, seats.data(), sizeof mine, MPI_BYTE, world));
+  for (int other = 0; other < t.world_size; ++other) {
+    const Seat& s = seats[static_cast<std::size_t>(other)];
+    if (other == t.rank || s.node != mine.node || std::memcmp(s.uuid, mine.uuid, sizeof mine.uuid) != 0) continue;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    BMT_FATAL("ranks " << std::min(other, t.rank) << " and " << std::max(other, t.rank) << " on " << t.hostname
+                       << " both use GPU " << bus << ": expected one GPU per rank (NCCL needs it), found "
+                       << t.local_size << " ranks on this node sharing fewer GPUs; start at most one rank per GPU, "
+                       << "or give each rank its own GPU with CUDA_VISIBLE_DEVICES");
+  }
+}
+#endif
+
 void init_kokkos(int device, bool& owns) {
   if (Kokkos::is_initialized()) {
     owns = false;
@@ -144,6 +174,7 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   ctx->topology_.device = choose_device(ctx->topology_, options.device);
 #ifdef BMT_ENABLE_CUDA
   BMT_CUDA_CHECK(cudaSetDevice(ctx->topology_.device));
+  require_one_rank_per_gpu(ctx->mpi_world_, ctx->topology_);
 #endif
   init_kokkos(ctx->topology_.device, ctx->owns_kokkos_);
   ctx->seed_ = options.seed;
