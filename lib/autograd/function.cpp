@@ -18,6 +18,7 @@ class AccumulateGrad final : public Node {
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     return accumulate_into_leaf(leaf_, grads.empty() ? Tensor() : grads[0]);
   }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
@@ -26,6 +27,17 @@ class AccumulateGrad final : public Node {
 
 bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
+
+Tensor Function::leaf_gradient(std::size_t i) const {
+  if (i >= next_edges.size()) return Tensor();
+  const auto* sink = dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get());
+  if (!sink) return Tensor();
+  const Tensor leaf(sink->leaf());
+  const Tensor grad = leaf.grad();
+  if (!grad.defined() || !grad.is_contiguous() || grad.shape() != leaf.shape() || grad.dtype() != leaf.dtype())
+    return Tensor();
+  return grad;
+}
 
 std::shared_ptr<Node> make_accumulate_grad(const std::shared_ptr<TensorImpl>& leaf) {
   return std::make_shared<AccumulateGrad>(leaf);

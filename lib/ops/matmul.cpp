@@ -70,8 +70,9 @@ MatrixBatch as_matrices(const Tensor& t) {
   return m;
 }
 
-// C (a new contiguous [batch, m, n] buffer, or `out`) = op(A) op(B) (+ bias).
-void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr) {
+// out (contiguous [batch, m, n]) = op(A) op(B) (+ bias) (+ out when accumulating).
+void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr,
+              bool accumulate = false) {
   GemmParams p;
   p.dtype = out.dtype();
   p.m = a.rows;
@@ -84,6 +85,7 @@ void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, con
   p.ldc = p.n;
   p.c_batch_stride = p.m * p.n;
   p.bias = bias;
+  p.beta = accumulate ? 1.0f : 0.0f;
   kernels::gemm(p);
 }
 
@@ -199,7 +201,14 @@ class Linear final : public autograd::Function {
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
     if (needs_input_grad(0)) dx = product(dy, w_, x_shape_, g.dtype());
-    if (needs_input_grad(1)) dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
+    if (needs_input_grad(1)) {
+      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do).
+      const Tensor target = leaf_gradient(1);
+      if (target.defined() && target.dtype() == g.dtype() && dy.rows > 0)
+        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/true);
+      else
+        dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
+    }
     if (needs_input_grad(2)) db = kernels::sum_dim(g.view({dy.rows, w_.rows}), 0, false);
     return {dx, dw, db};
   }

@@ -155,6 +155,32 @@ TEST(Linear, Gradients) {
             {random_tensor({1, 1}, 55), random_tensor({3, 1}, 56), random_tensor({3}, 57)});
 }
 
+// A weight whose gradient buffer already exists (as inside a ZeRO block) gets dW added to it in
+// place by the GEMM; one that has none gets a buffer of its own. Both equal G0 + dy^T x.
+TEST(Linear, WeightGradientAccumulatesIntoAnExistingBuffer) {
+  const std::int64_t m = 6, k = 5, n = 4;
+  const auto xv = random_floats(m * k, 60), wv = random_floats(n * k, 61), dyv = random_floats(m * n, 62);
+  const auto g0 = random_floats(n * k, 63);
+  const auto dw = matmul_reference(transposed(dyv, m, n), xv, 1, n, m, k, false);
+  for (bool existing : {true, false}) {
+    SCOPED_TRACE(existing ? "existing buffer" : "no buffer");
+    Tensor x = Tensor::from_floats(xv, {m, k});
+    Tensor w = Tensor::from_floats(wv, {n, k}).set_requires_grad(true);
+    if (existing) w.set_grad(Tensor::from_floats(g0, {n, k}));
+    const Tensor dy = Tensor::from_floats(dyv, {m, n});
+    const void* before = existing ? w.grad().data() : nullptr;
+    const auto allocations = memory_stats().allocations;
+    linear(x, w).backward(dy);
+    std::vector<double> expected = dw;
+    if (existing) {
+      for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += g0[i];
+      EXPECT_EQ(w.grad().data(), before) << "accumulated in place";
+      EXPECT_EQ(memory_stats().allocations - allocations, 1u) << "only the output y: no dW buffer";
+    }
+    expect_near_all(w.grad().to_host_floats(), expected, 1e-5, 1e-5, "weight gradient");
+  }
+}
+
 // bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
 // against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
 TEST(Matmul, HalfPrecisionMatchesF32Path) {
