@@ -101,10 +101,7 @@ struct GPT2Block : bmt::Module {
     bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], {B, T, H, D}), bmt::reshape(qkv[1], {B, T, H, D}),
                                         bmt::reshape(qkv[2], {B, T, H, D}), true);
     bmt::Tensor h = bmt::add(x, dropout(attn_proj.forward(bmt::reshape(y, {B, T, c.dim}))));
-    // mlp_proj(gelu(c_fc(ln_2(h)))) as one op: the GELU runs in the GEMMs' epilogues.
-    bmt::Tensor mlp = bmt::gelu_mlp(ln_2.forward(h), c_fc.weight.gather(), c_fc.bias.gather(),
-                                    mlp_proj.weight.gather(), mlp_proj.bias.gather());
-    return bmt::add(h, dropout(mlp));
+    return bmt::add(h, dropout(mlp_proj.forward(bmt::gelu(c_fc.forward(ln_2.forward(h))))));
   }
 
   bmt::Tensor dropout(const bmt::Tensor& x) const {

@@ -18,13 +18,6 @@ inline void check_gemm(const GemmParams& p) {
   BMT_REQUIRE(p.b.ld >= b_cols, "gemm: expected ldb >= " << b_cols << ", found " << p.b.ld);
   BMT_REQUIRE(p.ldc >= p.n, "gemm: expected ldc >= " << p.n << ", found " << p.ldc);
   BMT_REQUIRE(!p.bias || p.batch == 1, "gemm: expected no bias with batch " << p.batch << " (bias needs batch 1)");
-  if (p.epilogue != Epilogue::none) {
-    BMT_REQUIRE(p.batch == 1 && p.ldc == p.n && p.aux,
-                "gemm: expected an epilogue with batch 1, a contiguous C (ldc == n) and an aux matrix, found batch "
-                    << p.batch << ", ldc " << p.ldc << " for n " << p.n << (p.aux ? "" : " and no aux"));
-    BMT_REQUIRE(p.epilogue == Epilogue::dgelu_bgrad || !p.bias_grad, "gemm: expected bias_grad only with dgelu_bgrad");
-    BMT_REQUIRE(p.beta == 0.0f, "gemm: expected beta 0 with an epilogue, found " << p.beta);
-  }
   constexpr std::int64_t kIntMax = 2147483647;
   BMT_REQUIRE(std::max({p.m, p.n, p.k, p.a.ld, p.b.ld, p.ldc}) <= kIntMax,
               "gemm: expected sizes and leading dimensions below 2^31, found m=" << p.m << " n=" << p.n << " k=" << p.k);

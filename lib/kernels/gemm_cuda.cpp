@@ -3,12 +3,8 @@
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B is cuBLASLt's first
 // operand and A its second, each with its own transpose flag; no data moves. One handle and one
 // workspace serve every call; the matmul descriptor, layouts and the chosen algorithm are cached per
-// problem (shape, layout, dtype, pointer alignment, epilogue), so a training step's repeated shapes
-// pay for the heuristic query once. Calls are queued on the compute stream.
-//
-// Epilogues (GELU keeping its input as aux, GELU gradient with the bias gradient) are cuBLASLt's
-// GELU_AUX(_BIAS) and DGELU(_BGRAD). Where cuBLASLt offers no algorithm for one (or aux rows are
-// not 16-byte multiples), the plain product runs and gemm_epilogue.cpp applies it.
+// problem (shape, layout, dtype, pointer alignment), so a training step's repeated shapes pay for
+// the heuristic query once. Calls are queued on the compute stream.
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -48,11 +44,10 @@ struct PlanKey {
   std::int64_t dtype, trans_a, trans_b, bias;
   std::int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
   std::int64_t align_a, align_b, align_c, align_bias;
-  std::int64_t epilogue, bias_grad;
 
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(PlanKey) == 20 * sizeof(std::int64_t), "PlanKey must have no padding");
+static_assert(sizeof(PlanKey) == 18 * sizeof(std::int64_t), "PlanKey must have no padding");
 
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
@@ -68,7 +63,6 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool fused = true;  // false: cuBLASLt has no algorithm with this epilogue
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -124,37 +118,17 @@ class LtSession {
     key.align_b = alignment(p.b.data);
     key.align_c = alignment(p.c);
     key.align_bias = p.bias ? alignment(p.bias) : 0;
-    key.epilogue = static_cast<std::int64_t>(p.epilogue);
-    key.bias_grad = p.bias_grad != nullptr;
-    // cuBLASLt reads and writes aux rows with vector accesses: 16-byte rows and start.
-    const bool aux_ok = p.epilogue == Epilogue::none ||
-                        ((p.n * static_cast<std::int64_t>(dtype_size(p.dtype))) % 16 == 0 && alignment(p.aux) >= 16 &&
-                         (!p.bias_grad || alignment(p.bias_grad) >= 16));
-    if (!aux_ok) {
-      run_unfused(p);
-      return;
-    }
 
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       if (plans_.size() >= kMaxPlans) plans_.clear();  // many distinct shapes: start over
       it = plans_.emplace(key, make_plan(key)).first;
     }
     Plan& plan = *it->second;
-    if (!plan.fused) {
-      lock.unlock();
-      run_unfused(p);
-      return;
-    }
-    // DGELU_BGRAD writes the bias gradient where the forward epilogue reads the bias.
-    const void* bias_pointer = p.epilogue == Epilogue::dgelu_bgrad ? p.bias_grad : p.bias;
-    if (bias_pointer)
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
-                                                      sizeof bias_pointer));
-    if (p.epilogue != Epilogue::none)
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
-                                                      sizeof p.aux));
+    if (p.bias)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                      sizeof p.bias));
     // First operand B, second A: see the file comment.
     BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &p.alpha, p.b.data, plan.first, p.a.data, plan.second,
                                     &p.beta, p.c, plan.out, p.c, plan.out, &plan.algo, workspace_, kWorkspaceBytes,
@@ -162,16 +136,6 @@ class LtSession {
   }
 
  private:
-  // The product (with its bias) without the epilogue, then the epilogue on its own.
-  void run_unfused(const GemmParams& p) {
-    GemmParams plain = p;
-    plain.epilogue = Epilogue::none;
-    plain.aux = plain.bias_grad = nullptr;
-    if (p.epilogue == Epilogue::dgelu_bgrad) plain.bias = nullptr;
-    run(plain);
-    apply_gemm_epilogue(p);
-  }
-
   std::unique_ptr<Plan> make_plan(const PlanKey& key) {
     auto plan = std::make_unique<Plan>();
     const DType dtype = static_cast<DType>(key.dtype);
@@ -183,23 +147,12 @@ class LtSession {
                                                     sizeof op_first));
     BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                     sizeof op_second));
-    // Column-major D is [n, m]: a bias (or bias gradient) runs along its n rows, i.e. along each
-    // row-major row; aux has D's layout.
-    const auto kind = static_cast<Epilogue>(key.epilogue);
-    cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (kind == Epilogue::gelu_aux) epilogue = key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    if (kind == Epilogue::dgelu_bgrad) epilogue = key.bias_grad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    if (key.bias) {
+      // Column-major D is [n, m]: the bias runs along its n rows, i.e. along each row-major row.
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                       sizeof epilogue));
-    if (key.bias || key.bias_grad)
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
-                                                      sizeof type));
-    if (kind != Epilogue::none) {
-      const std::int64_t aux_ld = key.n;
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                      sizeof aux_ld));
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type,
                                                       sizeof type));
     }
     // Stored shapes (row-major): B is [k, n] or, transposed, [n, k]; A is [m, k] or [k, m].
@@ -224,14 +177,9 @@ class LtSession {
       BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second,
-                                                                 plan->out, plan->out, pref, 1, &result, &found);
+    BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
+                                                    plan->out, pref, 1, &result, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    if ((status != CUBLAS_STATUS_SUCCESS || found == 0) && kind != Epilogue::none) {
-      plan->fused = false;
-      return plan;
-    }
-    BMT_CUBLAS_CHECK(status);
     BMT_REQUIRE(found > 0, "gemm: cuBLASLt has no algorithm for " << dtype_name(dtype) << " m=" << key.m
                                                                  << " n=" << key.n << " k=" << key.k
                                                                  << " batch=" << key.batch << " lda=" << key.lda

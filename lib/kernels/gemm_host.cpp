@@ -80,10 +80,9 @@ void gemm(const GemmParams& p) {
     sgemm_batch(p, static_cast<const float*>(p.a.data), p.a.ld, p.a.batch_stride, static_cast<const float*>(p.b.data),
                 p.b.ld, p.b.batch_stride, static_cast<float*>(p.c), p.ldc, p.c_batch_stride);
     if (p.bias) add_bias(static_cast<float*>(p.c), p.ldc, p.m, p.n, static_cast<const float*>(p.bias));
-  } else {
-    BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
+    return;
   }
-  apply_gemm_epilogue(p);
+  BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
 }
 
 }  // namespace bmt::kernels

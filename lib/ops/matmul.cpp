@@ -70,11 +70,9 @@ MatrixBatch as_matrices(const Tensor& t) {
   return m;
 }
 
-// out (contiguous [batch, m, n]) = op(A) op(B) (+ bias) (+ out when accumulating), then the
-// epilogue (kernels/gemm.hpp) with its aux matrix and bias gradient.
+// out (contiguous [batch, m, n]) = op(A) op(B) (+ bias) (+ out when accumulating).
 void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr,
-              bool accumulate = false, kernels::Epilogue epilogue = kernels::Epilogue::none, void* aux = nullptr,
-              void* bias_grad = nullptr) {
+              bool accumulate = false) {
   GemmParams p;
   p.dtype = out.dtype();
   p.m = a.rows;
@@ -88,9 +86,6 @@ void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, con
   p.c_batch_stride = p.m * p.n;
   p.bias = bias;
   p.beta = accumulate ? 1.0f : 0.0f;
-  p.epilogue = epilogue;
-  p.aux = aux;
-  p.bias_grad = bias_grad;
   kernels::gemm(p);
 }
 
@@ -114,31 +109,12 @@ MatrixBatch as_rows(const Tensor& a) {
   return as_matrices(contiguous(a).view({rows, k}));
 }
 
-// The gradient of the weight read as `w` in y = x w^T: dy^T x, added straight into the weight's
-// gradient buffer when it has one (ZeRO blocks do; the result is then undefined).
-Tensor weight_gradient(const autograd::Function& fn, std::size_t input, const MatrixBatch& dy, const MatrixBatch& x,
-                       const MatrixBatch& w, DType dtype) {
-  const Tensor target = fn.leaf_gradient(input);
-  if (target.defined() && target.dtype() == dtype && dy.rows > 0) {
-    multiply(dy.transposed(), x, target, nullptr, /*accumulate=*/true);
-    return Tensor();
-  }
-  return product(dy.transposed(), x, {w.rows, w.cols}, dtype);
-}
-
 void require_pair(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
   BMT_REQUIRE(a.defined() && b.defined(), op << ": expected defined " << a_name << " and " << b_name);
   BMT_REQUIRE(is_floating(a.dtype()) && a.dtype() == b.dtype(),
               op << ": expected " << a_name << " and " << b_name << " of one floating dtype, found "
                  << dtype_name(a.dtype()) << " " << to_string(a.shape()) << " and " << dtype_name(b.dtype()) << " "
                  << to_string(b.shape()));
-}
-
-void require_bias(const Tensor& bias, const Tensor& w, const char* op, const char* name) {
-  if (!bias.defined()) return;
-  BMT_REQUIRE(bias.dtype() == w.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0),
-              op << ": expected " << name << " [" << w.size(0) << "] in " << dtype_name(w.dtype()) << ", found "
-                 << to_string(bias.shape()) << " in " << dtype_name(bias.dtype()));
 }
 
 class Matmul final : public autograd::Function {
@@ -197,7 +173,11 @@ class Linear final : public autograd::Function {
     BMT_REQUIRE(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
                 "linear: expected input [..., in] and weight [out, in] with matching in, found input "
                     << to_string(x.shape()) << " and weight " << to_string(w.shape()));
-    require_bias(bias, w, "linear", "bias");
+    if (bias.defined()) {
+      BMT_REQUIRE(bias.dtype() == w.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0),
+                  "linear: expected bias [" << w.size(0) << "] in " << dtype_name(w.dtype()) << ", found "
+                                            << to_string(bias.shape()) << " in " << dtype_name(bias.dtype()));
+    }
     x_shape_ = x.shape();
     x_ = as_rows(x.dim() == 1 ? contiguous(x.detach()).view({1, x.size(0)}) : x.detach());
     w_ = as_matrices(w.detach());
@@ -221,7 +201,14 @@ class Linear final : public autograd::Function {
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
     if (needs_input_grad(0)) dx = product(dy, w_, x_shape_, g.dtype());
-    if (needs_input_grad(1)) dw = weight_gradient(*this, 1, dy, x_, w_, g.dtype());
+    if (needs_input_grad(1)) {
+      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do).
+      const Tensor target = leaf_gradient(1);
+      if (target.defined() && target.dtype() == g.dtype() && dy.rows > 0)
+        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/true);
+      else
+        dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
+    }
     if (needs_input_grad(2)) db = kernels::sum_dim(g.view({dy.rows, w_.rows}), 0, false);
     return {dx, dw, db};
   }
@@ -232,107 +219,12 @@ class Linear final : public autograd::Function {
   MatrixBatch x_, w_;
 };
 
-
-// Inputs: x, w1, b1, w2, b2. Saves x, the weights, the pre-activation (the first GEMM's aux) and
-// the activation (the second GEMM's input).
-class GeluMlp final : public autograd::Function {
- public:
-  std::string name() const override { return "gelu_mlp"; }
-
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    const Tensor &x = in[0], &w1 = in[1], &b1 = in[2], &w2 = in[3], &b2 = in[4];
-    require_pair(x, w1, "gelu_mlp", "input", "w1");
-    require_pair(x, w2, "gelu_mlp", "input", "w2");
-    BMT_REQUIRE(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 && x.size(-1) == w1.size(1) &&
-                    w2.size(1) == w1.size(0),
-                "gelu_mlp: expected input [..., in], w1 [hidden, in] and w2 [out, hidden], found input "
-                    << to_string(x.shape()) << ", w1 " << to_string(w1.shape()) << " and w2 " << to_string(w2.shape()));
-    require_bias(b1, w1, "gelu_mlp", "b1");
-    require_bias(b2, w2, "gelu_mlp", "b2");
-    x_shape_ = x.shape();
-    x_ = as_rows(x.dim() == 1 ? contiguous(x.detach()).view({1, x.size(0)}) : x.detach());
-    w1_ = as_matrices(w1.detach());
-    w2_ = as_matrices(w2.detach());
-    const std::int64_t rows = x_.rows, hidden = w1.size(0);
-    Shape out_shape = x.shape();
-    out_shape.back() = w2.size(0);
-    Tensor y = Tensor::empty(out_shape, x.dtype());
-    if (y.numel() == 0 || rows * hidden == 0 || x_.cols == 0) {  // degenerate sizes: the plain ops
-      const Tensor h = contiguous(linear(x.detach(), w1.detach(), b1.defined() ? b1.detach() : Tensor()));
-      pre_ = h.view({rows, hidden});
-      act_ = kernels::activation_forward(kernels::Activation::gelu, pre_);
-      act_rows_ = as_matrices(act_);
-      return {linear(act_.view(with_last(x_shape_, hidden)), w2.detach(), b2.defined() ? b2.detach() : Tensor())};
-    }
-    pre_ = Tensor::empty({rows, hidden}, x.dtype());
-    act_ = Tensor::empty({rows, hidden}, x.dtype());
-    const Tensor bias1 = b1.defined() ? contiguous(b1) : Tensor();
-    multiply(x_, w1_.transposed(), act_, bias1.defined() ? bias1.data() : nullptr, false, kernels::Epilogue::gelu_aux,
-             pre_.data());
-    act_rows_ = as_matrices(act_);
-    const Tensor bias2 = b2.defined() ? contiguous(b2) : Tensor();
-    multiply(act_rows_, w2_.transposed(), y, bias2.defined() ? bias2.data() : nullptr);
-    return {y};
-  }
-
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    std::vector<Tensor> result(5);
-    if (!grads[0].defined()) return result;
-    const Tensor g = contiguous(grads[0]);
-    const std::int64_t out = w2_.rows, hidden = w1_.rows;
-    const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
-    if (dy.rows == 0 || hidden == 0 || out == 0 || x_.cols == 0) return degenerate_backward(g);
-    if (needs_input_grad(3)) result[3] = weight_gradient(*this, 3, dy, act_rows_, w2_, g.dtype());
-    if (needs_input_grad(4)) result[4] = kernels::sum_dim(g.view({dy.rows, out}), 0, false);
-    if (!needs_input_grad(0) && !needs_input_grad(1) && !needs_input_grad(2)) return result;
-    // d(pre) = (dy w2) * gelu'(pre), with b1's gradient (its column sums) from the same epilogue.
-    const Tensor d_pre = Tensor::empty({dy.rows, hidden}, g.dtype());
-    const Tensor db1 = needs_input_grad(2) ? Tensor::empty({hidden}, g.dtype()) : Tensor();
-    multiply(dy, w2_, d_pre, nullptr, false, kernels::Epilogue::dgelu_bgrad, pre_.data(),
-             db1.defined() ? db1.data() : nullptr);
-    result[2] = db1;
-    const MatrixBatch dh = as_matrices(d_pre);
-    if (needs_input_grad(1)) result[1] = weight_gradient(*this, 1, dh, x_, w1_, g.dtype());
-    if (needs_input_grad(0)) result[0] = product(dh, w1_, x_shape_, g.dtype());
-    return result;
-  }
-  void release_saved() override {
-    x_ = w1_ = w2_ = act_rows_ = MatrixBatch();
-    pre_ = act_ = Tensor();
-  }
-
- private:
-  static Shape with_last(Shape s, std::int64_t last) {
-    s.back() = last;
-    return s;
-  }
-  // Empty token, hidden or input sizes: gradients of matching shapes, zeros where a sum is empty.
-  std::vector<Tensor> degenerate_backward(const Tensor& g) const {
-    const std::int64_t out = w2_.rows, hidden = w1_.rows, in = w1_.cols;
-    std::vector<Tensor> r(5);
-    if (needs_input_grad(0)) r[0] = Tensor::zeros(x_shape_, g.dtype());
-    if (needs_input_grad(1)) r[1] = Tensor::zeros({hidden, in}, g.dtype());
-    if (needs_input_grad(2)) r[2] = Tensor::zeros({hidden}, g.dtype());
-    if (needs_input_grad(3)) r[3] = product(as_rows(g).transposed(), act_rows_, {out, hidden}, g.dtype());
-    if (needs_input_grad(4)) r[4] = kernels::sum_dim(g.view({-1, out}), 0, false);
-    return r;
-  }
-
-  Shape x_shape_;
-  MatrixBatch x_, w1_, w2_, act_rows_;
-  Tensor pre_, act_;
-};
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return autograd::call<Matmul>({a, b})[0]; }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::call<Linear>({x, weight, bias})[0];
-}
-
-Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
-  return autograd::call<GeluMlp>({x, w1, b1, w2, b2})[0];
 }
 
 }  // namespace bmt

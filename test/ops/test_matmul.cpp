@@ -214,63 +214,6 @@ TEST(Matmul, HalfPrecisionMatchesF32Path) {
   }
 }
 
-// gelu_mlp against the three ops it fuses: output and every gradient, with and without biases,
-// in f32 (where the fused GELU of the CUDA build differs only in rounding) and in bf16.
-std::vector<std::vector<float>> mlp_results(bool fused, const std::vector<Tensor>& params, const Tensor& x0,
-                                            const Tensor& weights) {
-  std::vector<Tensor> in{x0.detach().set_requires_grad(true)};
-  for (const Tensor& p : params) in.push_back(p.defined() ? p.detach().set_requires_grad(true) : Tensor());
-  const Tensor y = fused ? gelu_mlp(in[0], in[1], in[2], in[3], in[4])
-                         : linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]);
-  sum(mul(y, weights)).backward();
-  std::vector<std::vector<float>> r{y.to_host_floats()};
-  for (const Tensor& t : in)
-    if (t.defined()) r.push_back(t.grad().to_host_floats());
-  return r;
-}
-
-TEST(GeluMlp, MatchesLinearGeluLinear) {
-  const std::int64_t in = 16, hidden = 24, out = 8;
-  for (DType dt : {DType::f32, DType::bf16}) {
-    for (bool biases : {true, false}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (biases ? " with biases" : " without biases"));
-      const Tensor x = random_tensor({2, 5, in}, 70, -1, 1, dt);
-      const std::vector<Tensor> params{random_tensor({hidden, in}, 71, -0.5f, 0.5f, dt),
-                                       biases ? random_tensor({hidden}, 72, -1, 1, dt) : Tensor(),
-                                       random_tensor({out, hidden}, 73, -0.5f, 0.5f, dt),
-                                       biases ? random_tensor({out}, 74, -1, 1, dt) : Tensor()};
-      const Tensor weights = random_tensor({2, 5, out}, 75, -1, 1, dt);
-      const auto fused = mlp_results(true, params, x, weights), plain = mlp_results(false, params, x, weights);
-      ASSERT_EQ(fused.size(), plain.size());
-      const double tol = dt == DType::f32 ? 1e-5 : 3e-2;
-      for (std::size_t i = 0; i < fused.size(); ++i)
-        expect_near_all(fused[i], testing::to_double(plain[i]), tol, tol,
-                        i == 0 ? "output" : "gradient " + std::to_string(i));
-    }
-  }
-}
-
-TEST(GeluMlp, GradientsAndEdgeCases) {
-  gradcheck([](const std::vector<Tensor>& in) { return gelu_mlp(in[0], in[1], in[2], in[3], in[4]); },
-            {random_tensor({3, 4}, 80), random_tensor({8, 4}, 81), random_tensor({8}, 82), random_tensor({2, 8}, 83),
-             random_tensor({2}, 84)});
-  // No tokens: an empty output, zero gradients for w1/b1/x, and b2's gradient an empty sum.
-  Tensor x = Tensor::zeros({0, 4}).set_requires_grad(true);
-  Tensor w1 = random_tensor({8, 4}, 85).set_requires_grad(true), b1 = random_tensor({8}, 86).set_requires_grad(true);
-  Tensor w2 = random_tensor({2, 8}, 87).set_requires_grad(true), b2 = random_tensor({2}, 88).set_requires_grad(true);
-  const Tensor y = gelu_mlp(x, w1, b1, w2, b2);
-  EXPECT_EQ(y.shape(), (Shape{0, 2}));
-  y.backward(Tensor::zeros({0, 2}));
-  EXPECT_EQ(w1.grad().to_host_floats(), std::vector<float>(32, 0.0f));
-  EXPECT_EQ(b2.grad().to_host_floats(), std::vector<float>(2, 0.0f));
-  EXPECT_EQ(x.grad().shape(), (Shape{0, 4}));
-  EXPECT_THAT([&] { gelu_mlp(random_tensor({3, 4}, 89), w1, b1, random_tensor({2, 7}, 90), b2); },
-              ::testing::ThrowsMessage<Error>(::testing::AllOf(::testing::HasSubstr("w2 [out, hidden]"),
-                                                               ::testing::HasSubstr("[2, 7]"))));
-  EXPECT_THAT([&] { gelu_mlp(random_tensor({3, 4}, 91), w1, random_tensor({7}, 92), w2, b2); },
-              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected b1 [8]")));
-}
-
 TEST(Matmul, MisuseNamesBothShapes) {
   const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
   EXPECT_THAT([&] { matmul(a, b); }, ::testing::ThrowsMessage<Error>(::testing::AllOf(

@@ -8,11 +8,6 @@
 // transpose ([k, m] for A), which is how a transposed view is read without a copy. A, B, C and bias
 // share one dtype (f32, bf16 or f16); products and sums are f32. The work is queued on the compute
 // stream.
-//
-// An epilogue then transforms C (batch 1, ldc == n): cuBLASLt fuses it into the GEMM where it
-// can; otherwise, and on the host, gemm_epilogue.cpp applies it with the elementwise kernels.
-//   gelu_aux:    aux = C (the pre-activation, which backward needs), then C = gelu(C) (tanh GELU)
-//   dgelu_bgrad: C = C * gelu'(aux), then bias_grad[j] = sum of C[:, j] (when bias_grad is set)
 #include <cstdint>
 
 #include "bmtrain/runtime/dtype.hpp"
@@ -26,8 +21,6 @@ struct GemmOperand {
   std::int64_t batch_stride = 0;  // elements between consecutive matrices of a batch
 };
 
-enum class Epilogue { none, gelu_aux, dgelu_bgrad };
-
 struct GemmParams {
   DType dtype = DType::f32;
   std::int64_t m = 0, n = 0, k = 0;
@@ -39,14 +32,8 @@ struct GemmParams {
   float alpha = 1.0f;
   float beta = 0.0f;
   const void* bias = nullptr;  // [n] or null; only with batch == 1
-  Epilogue epilogue = Epilogue::none;
-  void* aux = nullptr;        // [m, n], contiguous: written by gelu_aux, read by dgelu_bgrad
-  void* bias_grad = nullptr;  // [n] or null: written by dgelu_bgrad
 };
 
 void gemm(const GemmParams& p);
-
-// The epilogue of p applied to the finished product in p.c (what gemm does where it cannot fuse).
-void apply_gemm_epilogue(const GemmParams& p);
 
 }  // namespace bmt::kernels

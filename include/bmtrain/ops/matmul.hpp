@@ -19,11 +19,4 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // Tensor() for none. On CUDA the bias is fused into the GEMM (cuBLASLt bias epilogue).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-// The GPT-2 MLP, linear(gelu(linear(x, w1, b1)), w2, b2) with the tanh GELU, as one op: x [..., in],
-// w1 [hidden, in], w2 [out, hidden], biases [hidden] / [out] or undefined. On CUDA the GELU runs in
-// the first GEMM's epilogue (which keeps its input for backward), and in backward the GELU
-// gradient and b1's gradient run in the epilogue of the GEMM that produces the hidden gradient,
-// so no separate elementwise pass over the [tokens, hidden] activations is left.
-Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2);
-
 }  // namespace bmt
