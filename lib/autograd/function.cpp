@@ -34,7 +34,8 @@ Tensor Function::leaf_gradient(std::size_t i) const {
   if (!sink) return Tensor();
   const Tensor leaf(sink->leaf());
   const Tensor grad = leaf.grad();
-  if (!grad.defined() || !grad.is_contiguous() || grad.shape() != leaf.shape() || grad.dtype() != leaf.dtype())
+  if (!grad.defined() || !grad.is_contiguous() || grad.shape() != leaf.shape() ||
+      (grad.dtype() != leaf.dtype() && grad.dtype() != DType::f32))
     return Tensor();
   return grad;
 }

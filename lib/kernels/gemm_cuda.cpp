@@ -44,10 +44,11 @@ struct PlanKey {
   std::int64_t dtype, trans_a, trans_b, bias;
   std::int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
   std::int64_t align_a, align_b, align_c, align_bias;
+  std::int64_t f32_output;
 
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(PlanKey) == 18 * sizeof(std::int64_t), "PlanKey must have no padding");
+static_assert(sizeof(PlanKey) == 19 * sizeof(std::int64_t), "PlanKey must have no padding");
 
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
@@ -118,6 +119,7 @@ class LtSession {
     key.align_b = alignment(p.b.data);
     key.align_c = alignment(p.c);
     key.align_bias = p.bias ? alignment(p.bias) : 0;
+    key.f32_output = p.f32_output;
 
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(key);
@@ -160,7 +162,7 @@ class LtSession {
                               key.sb);
     plan->second = make_layout(type, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda, key.batch,
                                key.sa);
-    plan->out = make_layout(type, key.m, key.n, key.ldc, key.batch, key.sc);
+    plan->out = make_layout(key.f32_output ? CUDA_R_32F : type, key.m, key.n, key.ldc, key.batch, key.sc);
 
     cublasLtMatmulPreference_t pref = nullptr;
     BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));

@@ -62,6 +62,11 @@ void gemm_widened(const GemmParams& p) {
   const std::int64_t br = p.b.trans ? p.n : p.k, bc = p.b.trans ? p.k : p.n;
   const Tensor a = widen<T>(p.a, p.batch, ar, ac);
   const Tensor b = widen<T>(p.b, p.batch, br, bc);
+  if (p.f32_output) {  // straight into the f32 C
+    sgemm_batch(p, a.data_as<float>(), ac, ar * ac, b.data_as<float>(), bc, br * bc, static_cast<float*>(p.c), p.ldc,
+                p.c_batch_stride);
+    return;
+  }
   T* c = static_cast<T*>(p.c);
   const Matrices<T> c_stored{c, p.ldc, p.c_batch_stride};
   Tensor cf = Tensor::empty({p.batch, p.m, p.n}, DType::f32);

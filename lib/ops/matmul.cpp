@@ -71,10 +71,15 @@ MatrixBatch as_matrices(const Tensor& t) {
 }
 
 // out (contiguous [batch, m, n]) = op(A) op(B) (+ bias) (+ out when accumulating).
+// `operands` is A's and B's dtype when it differs from out's (an f32 `out` being accumulated into).
 void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr,
-              bool accumulate = false) {
+              bool accumulate = false, DType operands = DType::f32) {
   GemmParams p;
   p.dtype = out.dtype();
+  if (out.dtype() == DType::f32 && operands != DType::f32) {
+    p.dtype = operands;
+    p.f32_output = true;
+  }
   p.m = a.rows;
   p.n = b.cols;
   p.k = a.cols;
@@ -202,10 +207,10 @@ class Linear final : public autograd::Function {
     Tensor dx, dw, db;
     if (needs_input_grad(0)) dx = product(dy, w_, x_shape_, g.dtype());
     if (needs_input_grad(1)) {
-      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do).
+      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32).
       const Tensor target = leaf_gradient(1);
-      if (target.defined() && target.dtype() == g.dtype() && dy.rows > 0)
-        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/true);
+      if (target.defined() && (target.dtype() == g.dtype() || target.dtype() == DType::f32) && dy.rows > 0)
+        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/true, g.dtype());
       else
         dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
     }

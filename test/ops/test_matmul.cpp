@@ -181,6 +181,23 @@ TEST(Linear, WeightGradientAccumulatesIntoAnExistingBuffer) {
   }
 }
 
+// bf16 operands added into an f32 gradient buffer (a ZeRO block's): one f32 GEMM with beta = 1,
+// so dW is never rounded to bf16 on the way.
+TEST(Linear, Bf16WeightGradientAccumulatesIntoF32Buffer) {
+  const std::int64_t m = 16, k = 8, n = 8;
+  const Tensor x = random_tensor({m, k}, 64, -1, 1, DType::bf16), dy = random_tensor({m, n}, 65, -1, 1, DType::bf16);
+  Tensor w = random_tensor({n, k}, 66, -1, 1, DType::bf16).set_requires_grad(true);
+  const auto g0 = random_floats(n * k, 67);
+  w.set_grad(Tensor::from_floats(g0, {n, k}, DType::f32));
+  const void* before = w.grad().data();
+  linear(x, w).backward(dy);
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_EQ(w.grad().data(), before);
+  auto expected = matmul_reference(transposed(dy.to_host_floats(), m, n), x.to_host_floats(), 1, n, m, k, false);
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += g0[i];
+  expect_near_all(w.grad().to_host_floats(), expected, 1e-5, 1e-5, "f32 weight gradient");
+}
+
 // bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
 // against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
 TEST(Matmul, HalfPrecisionMatchesF32Path) {

@@ -75,8 +75,8 @@ class Function : public Node {
   }
 
   // Where input i's gradient ends up, when that input is a leaf whose .grad already exists,
-  // contiguous and of the leaf's shape and dtype (a parameter inside a CheckpointBlock, bound to the
-  // block's gradient buffer; or a gradient being accumulated over micro-batches). backward may then
+  // contiguous, of the leaf's shape and of its dtype or f32 (a parameter inside a CheckpointBlock,
+  // bound to the block's f32 gradient buffer; or a gradient accumulated over micro-batches). backward may then
   // add its gradient there itself (a GEMM with beta = 1 instead of a new buffer and a separate add)
   // and return an undefined gradient for input i. Undefined otherwise.
   Tensor leaf_gradient(std::size_t i) const;

@@ -6,8 +6,9 @@
 //
 // with op(A) of shape [m, k], op(B) [k, n], C [m, n]. An operand with trans set is stored as its
 // transpose ([k, m] for A), which is how a transposed view is read without a copy. A, B, C and bias
-// share one dtype (f32, bf16 or f16); products and sums are f32. The work is queued on the compute
-// stream.
+// share one dtype (f32, bf16 or f16); products and sums are f32. With f32_output, C is f32 while A
+// and B are bf16/f16 (a weight gradient added straight into an f32 gradient buffer). The work is
+// queued on the compute stream.
 #include <cstdint>
 
 #include "bmtrain/runtime/dtype.hpp"
@@ -32,6 +33,7 @@ struct GemmParams {
   float alpha = 1.0f;
   float beta = 0.0f;
   const void* bias = nullptr;  // [n] or null; only with batch == 1
+  bool f32_output = false;     // C in f32 (no bias), A and B in dtype
 };
 
 void gemm(const GemmParams& p);
