@@ -340,21 +340,29 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
     }
 }
 
-// delta[row] = sum over d of dO * O, one warp per row, f32.
+// delta[row] = sum over d of dO * O, f32. D / 8 lanes share a row, each reading 16 bytes (8
+// elements) of O and of dO (rows are 16-byte aligned), so a warp covers 32 / (D / 8) rows.
 template <class E, int D>
 __global__ void __launch_bounds__(kThreads) delta_kernel(Rows o, Rows dout, float* delta, Problem p, long long rows) {
-  const long long row = static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  constexpr int kLanesPerRow = D / 8, kRowsPerWarp = 32 / kLanesPerRow;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int i = static_cast<int>(row % p.tq), bh = static_cast<int>(row / p.tq);
-  const E* orow = rows_of<E>(o, bh, p.h) + i * o.st;
-  const E* drow = rows_of<E>(dout, bh, p.h) + i * dout.st;
+  const long long row = (static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp +
+                        lane / kLanesPerRow;
+  const bool active = row < rows;
   float sum = 0.0f;
+  if (active) {
+    const int i = static_cast<int>(row % p.tq), bh = static_cast<int>(row / p.tq);
+    const int d0 = (lane % kLanesPerRow) * 8;
+    const uint4 ov = *reinterpret_cast<const uint4*>(rows_of<E>(o, bh, p.h) + i * o.st + d0);
+    const uint4 dv = *reinterpret_cast<const uint4*>(rows_of<E>(dout, bh, p.h) + i * dout.st + d0);
+    const E* oe = reinterpret_cast<const E*>(&ov);
+    const E* de = reinterpret_cast<const E*>(&dv);
 #pragma unroll
-  for (int d = lane; d < D; d += 32) sum += to_float(orow[d]) * to_float(drow[d]);
+    for (int k = 0; k < 8; ++k) sum += to_float(oe[k]) * to_float(de[k]);
+  }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) delta[row] = sum;
+  for (int off = kLanesPerRow / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (active && lane % kLanesPerRow == 0) delta[row] = sum;
 }
 
 // dK and dV for a tile of 64 keys, walking over every query tile that sees them. Per warp (16
@@ -550,7 +558,9 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   const unsigned bh = static_cast<unsigned>(q.size(0) * q.size(1));
   const long long query_rows = static_cast<long long>(bh) * p.tq;
   Tensor delta = Tensor::empty({q.size(0), q.size(1), q.size(2)}, DType::f32);
-  delta_kernel<E, D><<<static_cast<unsigned>((query_rows + kWarps - 1) / kWarps), kThreads, 0, compute_stream()>>>(
+  const long long rows_per_block = kWarps * (32 / (D / 8));
+  delta_kernel<E, D><<<static_cast<unsigned>((query_rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                       compute_stream()>>>(
       rows(out), rows(dout), delta.data_as<float>(), p, query_rows);
   BMT_CUDA_CHECK(cudaGetLastError());
 
