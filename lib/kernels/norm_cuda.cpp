@@ -1,6 +1,5 @@
-// CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of threads (one warp for rows up to 2048
-// elements in forward and 512 in backward, up to 512 threads for wider ones) owns a row; a warp
-// team needs no block barrier. Each thread loads its
+// CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of threads (one warp for rows up to 1024
+// elements, up to 512 threads for wider ones) owns a row; each thread loads its
 // share with 16-byte loads and keeps it in registers, so the statistics and the normalization read
 // x from memory once. Row sums are f32, reduced by warp shuffles (and shared memory across warps)
 // in a fixed order.
@@ -19,7 +18,7 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kForwardValues = 64;   // floats of x a thread keeps in forward: a row of 2048 bf16 per warp
+constexpr int kForwardValues = 32;   // floats of x a thread keeps in forward
 constexpr int kBackwardValues = 16;  // ... in backward, where x, dy and two column sums are kept
 
 template <class T, int kVec, int kPacks, bool kCentered>
