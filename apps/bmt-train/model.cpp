@@ -105,10 +105,13 @@ bmt::Tensor GPT::hidden(const bmt::Tensor& tokens) {
   BMT_REQUIRE(T <= c_.max_seq, "model input: expected a sequence of at most " << c_.max_seq << " tokens, found " << T);
   bmt::Tensor x = bmt::embedding(tokens, wte.gather());
   if (c_.arch == "gpt2") {
-    std::vector<std::int64_t> pos(static_cast<std::size_t>(T));
-    for (std::int64_t t = 0; t < T; ++t) pos[t] = t;
-    bmt::Tensor positions = bmt::Tensor::from_ints(pos, {1, T}, bmt::DType::i64);
-    x = bmt::add(x, bmt::embedding(positions, wpe.gather()));
+    // Made once per length: a host-to-device copy waits for the device, which a step must not.
+    if (!positions_.defined() || positions_.size(1) != T) {
+      std::vector<std::int64_t> pos(static_cast<std::size_t>(T));
+      for (std::int64_t t = 0; t < T; ++t) pos[t] = t;
+      positions_ = bmt::Tensor::from_ints(pos, {1, T}, bmt::DType::i64);
+    }
+    x = bmt::add(x, bmt::embedding(positions_, wpe.gather()));
     return ln_f->forward(gpt2_blocks(x));
   }
   return norm->forward(llama_blocks(x));

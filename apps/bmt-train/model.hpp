@@ -172,6 +172,7 @@ class GPT : public bmt::DistributedModule {
   bmt::Tensor hidden(const bmt::Tensor& tokens);
   ModelConfig c_;
   bmt::DistributedParameter wte, wpe, lm_head;
+  bmt::Tensor positions_;  // [1, T] position ids 0..T-1 for GPT-2's learned positions
   bmt::TransformerBlockList<GPT2Block> gpt2_blocks;
   bmt::TransformerBlockList<LlamaBlock> llama_blocks;
   std::unique_ptr<LayerNorm> ln_f;
