@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of bmt-train under mpirun: bad input exits 2 on every rank with a one-line
 # error and no hang; a resumed run reproduces the uninterrupted run's losses exactly on the same
-# world size and within 1e-5 on another; the metrics file has the promised fields.
+# world size and within 1e-5 on another; the metrics file has the promised fields; --timeline-ops
+# writes op spans.
 # Usage: bmt_train_cli.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 set -u
 exe=$1; mpiexec=$2; shift 2; preflags=("$@")
@@ -25,6 +26,15 @@ expect_usage_error "unknown preset" "unknown model preset 'gpt5'" 2 --model gpt5
 expect_usage_error "indivisible batch" "divisible by the 3 ranks" 3 "${tiny[@]}" --batch 16 --steps 1
 expect_usage_error "sequence too long" "at most 128 tokens" 2 "${tiny[@]}" --seq 4096 --steps 1
 expect_usage_error "missing data" "no_such_file" 2 "${tiny[@]}" --steps 1 --data "$work/no_such_file_*.bin"
+expect_usage_error "op timeline without a timeline" "--timeline" 2 "${tiny[@]}" --steps 1 --timeline-ops
+
+# The op-level timeline: every rank's trace has op spans next to the block spans.
+run 2 "${tiny[@]}" --steps 2 --timeline "$work/trace.json" --timeline-ops >/dev/null || fail "timeline run failed"
+for r in 0 1; do
+  for span in '"op forward linear"' '"op backward Attention"' '"forward blocks.0"'; do
+    grep -q "$span" "$work/trace.rank$r.json" 2>/dev/null || fail "trace of rank $r lacks $span"
+  done
+done
 
 # Resume: 8 steps straight vs 4 + resume 4, same world size (bit-identical) and another one.
 run 2 "${tiny[@]}" --steps 8 --metrics "$work/full.jsonl" --save "$work/ckpt" --save-every 4 >/dev/null \
