@@ -35,6 +35,14 @@ for r in 0 1; do
     grep -q "$span" "$work/trace.rank$r.json" 2>/dev/null || fail "trace of rank $r lacks $span"
   done
 done
+# bench/timeline_summary.py adds the op spans up per phase (where python3 is installed).
+if command -v python3 >/dev/null; then
+  summary=$(python3 "$(dirname "$0")/../../bench/timeline_summary.py" "$work/trace.rank0.json" --skip 1) \
+    || fail "timeline_summary.py failed: $summary"
+  for row in "^forward .*(all)" "^ *linear " "^backward .*(all)" "^ *Attention " "(not in any op)"; do
+    echo "$summary" | grep -q -- "$row" || fail "timeline summary lacks a row matching '$row': $summary"
+  done
+fi
 
 # Resume: 8 steps straight vs 4 + resume 4, same world size (bit-identical) and another one.
 run 2 "${tiny[@]}" --steps 8 --metrics "$work/full.jsonl" --save "$work/ckpt" --save-every 4 >/dev/null \
