@@ -99,7 +99,7 @@ Tensor concat(const std::vector<Tensor>& tensors, std::int64_t dim) {
   return out;
 }
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
+std::int64_t split_dimension(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
   BMT_REQUIRE(x.defined(), "split: expected a defined tensor");
   const std::int64_t d = wrap_dim(dim, x.dim(), "split");
   std::int64_t total = 0;
@@ -110,6 +110,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
   BMT_REQUIRE(total == x.shape()[d], "split: expected sizes summing to " << x.shape()[d] << " (dimension " << d
                                          << " of " << to_string(x.shape()) << "), found " << to_string(sizes)
                                          << " summing to " << total);
+  return d;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
+  const std::int64_t d = split_dimension(x, sizes, dim);
   const Tensor src = contiguous(x);
   const std::int64_t outer = product(x.shape(), 0, d), inner = product(x.shape(), d + 1, x.dim());
   const std::int64_t src_ld = x.shape()[d] * inner;

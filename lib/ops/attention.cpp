@@ -37,15 +37,7 @@ std::vector<Tensor> empty_like_inputs(const std::vector<Tensor>& in) {
     return out;
   }
   const Tensor base = Tensor::empty({static_cast<std::int64_t>(total)}, in[0].dtype());
-  for (const Tensor& t : in) {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = base.storage();
-    impl->offset = t.impl()->offset - lo;
-    impl->shape = t.shape();
-    impl->strides = t.strides();
-    impl->dtype = t.dtype();
-    out.emplace_back(std::move(impl));
-  }
+  for (const Tensor& t : in) out.push_back(base.as_strided(t.shape(), t.strides(), t.impl()->offset - lo));
   return out;
 }
 

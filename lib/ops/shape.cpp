@@ -60,20 +60,12 @@ class Split final : public autograd::Function {
   Split(std::vector<std::int64_t> sizes, std::int64_t dim) : sizes_(std::move(sizes)), dim_(dim) {}
   std::string name() const override { return "split"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    // kernels::split checks the sizes (and copies); the pieces returned are slices instead.
-    BMT_REQUIRE(in[0].defined(), "split: expected a defined tensor");
+    // The pieces are slices of the input, not copies.
     const Tensor& x = in[0];
+    const std::int64_t d = kernels::split_dimension(x, sizes_, dim_);
+    dim_ = d;  // wrapped, for backward
     shape_ = x.shape();
     dtype_ = x.dtype();
-    const std::int64_t d = dim_ < 0 ? dim_ + x.dim() : dim_;
-    std::int64_t total = 0;
-    for (auto s : sizes_) {
-      BMT_REQUIRE(s >= 0, "split: expected non-negative sizes, found " << to_string(sizes_));
-      total += s;
-    }
-    BMT_REQUIRE(d >= 0 && d < x.dim() && total == x.size(d),
-                "split: expected sizes summing to dimension " << dim_ << " of " << to_string(x.shape())
-                                                              << ", found " << to_string(sizes_));
     std::vector<Tensor> pieces;
     std::int64_t start = 0;
     for (auto s : sizes_) {
@@ -83,7 +75,7 @@ class Split final : public autograd::Function {
     return pieces;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const std::int64_t d = dim_ < 0 ? dim_ + static_cast<std::int64_t>(shape_.size()) : dim_;
+    const std::int64_t d = dim_;
     if (Tensor joined = side_by_side(grads, d); joined.defined()) return {joined};
     std::vector<Tensor> pieces;
     for (std::size_t i = 0; i < sizes_.size(); ++i) {
@@ -118,13 +110,7 @@ class Split final : public autograd::Function {
         if (g.size(e) != (e == d ? sizes_[i] : shape_[static_cast<std::size_t>(e)])) return Tensor();
       start += sizes_[i];
     }
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = first.storage();
-    impl->offset = first.impl()->offset;
-    impl->shape = shape_;
-    impl->strides = first.strides();
-    impl->dtype = first.dtype();
-    return Tensor(std::move(impl));
+    return first.as_strided(shape_, first.strides(), first.impl()->offset);
   }
 
   std::vector<std::int64_t> sizes_;

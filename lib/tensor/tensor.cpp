@@ -297,6 +297,29 @@ Tensor Tensor::view(const Shape& new_shape) const {
   return make_view(*this, s, st, impl_->offset);
 }
 
+Tensor Tensor::as_strided(const Shape& new_shape, const Shape& new_strides, std::size_t offset) const {
+  check_defined("Tensor::as_strided");
+  BMT_REQUIRE(impl_->storage, "Tensor::as_strided: expected a tensor with storage, found '" << impl_->name
+                                                                                          << "' without");
+  BMT_REQUIRE(new_shape.size() == new_strides.size(),
+              "Tensor::as_strided: expected one stride per dimension, found shape "
+                  << bmt::to_string(new_shape) << " and strides " << bmt::to_string(new_strides));
+  std::size_t end = offset;  // one past the last element
+  if (numel_of(new_shape) > 0) {
+    for (std::size_t d = 0; d < new_shape.size(); ++d) {
+      BMT_REQUIRE(new_strides[d] >= 0, "Tensor::as_strided: expected non-negative strides, found "
+                                           << bmt::to_string(new_strides));
+      end += static_cast<std::size_t>((new_shape[d] - 1) * new_strides[d]);
+    }
+    ++end;
+  }
+  const std::size_t capacity = impl_->storage->bytes() / dtype_size(impl_->dtype);
+  BMT_REQUIRE(end <= capacity, "Tensor::as_strided: expected elements within the storage's " << capacity
+                                   << ", found shape " << bmt::to_string(new_shape) << " with strides "
+                                   << bmt::to_string(new_strides) << " at offset " << offset << " reaching " << end);
+  return make_view(*this, new_shape, new_strides, offset);
+}
+
 Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end) const {
   d = wrap_dim(d, dim(), "Tensor::slice");
   BMT_REQUIRE(0 <= start && start <= end && end <= shape()[d],

@@ -129,6 +129,22 @@ TEST(Shape, ReshapeViewsWhatItsStridesAllow) {
             {random_tensor({2, 3, 12}, 22)});
 }
 
+// as_strided: any layout over the storage, checked against its size.
+TEST(Shape, AsStridedViewsTheStorageWithinItsBounds) {
+  const Tensor x = Tensor::from_floats({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {12});
+  const Tensor every_third = x.as_strided({2, 2}, {6, 3}, 1);  // elements 1, 4, 7, 10
+  EXPECT_EQ(every_third.storage(), x.storage());
+  EXPECT_EQ(every_third.to_host_floats(), (std::vector<float>{1, 4, 7, 10}));
+  EXPECT_EQ(x.as_strided({0, 5}, {5, 1}, 12).numel(), 0) << "an empty view may start at the end";
+  EXPECT_THAT([&] { x.as_strided({2, 2}, {6, 3}, 3); },
+              ::testing::ThrowsMessage<Error>(::testing::AllOf(::testing::HasSubstr("within the storage's 12"),
+                                                               ::testing::HasSubstr("reaching 13"))));
+  EXPECT_THAT([&] { x.as_strided({2}, {1, 1}, 0); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("one stride per dimension")));
+  EXPECT_THAT([&] { x.as_strided({2}, {-1}, 5); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-negative strides")));
+}
+
 // Gradients that lie side by side in one buffer, as split would cut it, join without a copy;
 // in any other arrangement they are concatenated.
 TEST(Shape, SplitGradientsSideBySideJoinWithoutACopy) {

@@ -105,6 +105,9 @@ class Tensor {
   Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end) const;
   Tensor select(std::int64_t dim, std::int64_t index) const;  // removes `dim`
   Tensor transpose(std::int64_t d0, std::int64_t d1) const;
+  // This tensor's storage under another shape, strides (non-negative) and offset (elements from
+  // the storage's start); throws unless every element lies inside the storage.
+  Tensor as_strided(const Shape& shape, const Shape& strides, std::size_t offset) const;
 
   // Host transfers (blocking). to_host_floats converts any floating dtype to float.
   std::vector<float> to_host_floats() const;
