@@ -249,6 +249,22 @@ __device__ inline int key_tiles(const Problem& p, int q0) {
   return (last + kStep - 1) / kStep;
 }
 
+// The 16 query rows of one warp under the mask: the last key its last row sees (beyond it a key
+// tile is skipped), and the last key its first row sees (up to it no element needs a mask).
+struct QueryWarp {
+  int w0, last, first;
+  __device__ QueryWarp(const Problem& p, int q0, int warp)
+      : w0(q0 + warp * 16), last(p.causal ? w0 + 15 + p.shift : p.tk - 1), first(p.causal ? w0 + p.shift : p.tk - 1) {}
+  __device__ bool skips(int key0) const { return key0 > last; }
+  // Whether the tile of keys key0.. crosses the diagonal or the end of the keys.
+  __device__ bool partial(int key0, const Problem& p) const { return key0 + kStep - 1 > first || key0 + kStep > p.tk; }
+};
+
+// Whether the mask hides `key` from `query` (or the key is padding past the end).
+__device__ inline bool hidden(int key, int query, const Problem& p) {
+  return key >= p.tk || (p.causal && key > query + p.shift);
+}
+
 // ---- Kernels --------------------------------------------------------------------------------
 
 template <class E, int D>
@@ -260,10 +276,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
   E* vbuf = kbuf + 2 * kStep * ld;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = blockIdx.x * kRows, bh = blockIdx.y, w0 = q0 + warp * 16;
-  // The warp's rows see keys up to w0 + 15 + shift; its first row up to w0 + shift.
-  const int warp_last = p.causal ? w0 + 15 + p.shift : p.tk - 1;
-  const int warp_first = p.causal ? w0 + p.shift : p.tk - 1;
+  const int q0 = blockIdx.x * kRows, bh = blockIdx.y;
+  const QueryWarp qw(p, q0, warp);
+  const int w0 = qw.w0;
   const E* kb = rows_of<E>(k, bh, p.h);
   const E* vb = rows_of<E>(v, bh, p.h);
 
@@ -280,9 +295,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
       },
       [&](int t, int b) {
         const int key0 = t * kStep;
-        if (key0 > warp_last) return;  // the whole tile is masked for this warp
+        if (qw.skips(key0)) return;  // the whole tile is masked for this warp
         product_nt<E, D>(s, qs + warp * 16 * ld, kbuf + b * kStep * ld, lane);
-        const bool partial = key0 + kStep - 1 > warp_first || key0 + kStep > p.tk;  // masks needed
+        const bool partial = qw.partial(key0, p);  // masks needed
         float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < 8; ++n)
@@ -290,8 +305,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
           for (int e = 0; e < 4; ++e) {
             float x = s[n][e] * p.scale_log2;
             if (partial) {
-              const int key = key0 + acc_col(lane, n, e), row = w0 + acc_row(lane, e);
-              if (key >= p.tk || (p.causal && key > row + p.shift)) x = -INFINITY;
+              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, e), p)) x = -INFINITY;
             }
             s[n][e] = x;
             tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
@@ -424,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) backward_kv_kernel(Rows q, Rows k, R
             float pr = exp2_fast(pt[n][e] * p.scale_log2 - lse_s[c]);
             if (partial) {
               const int i = q0 + c, key = w0 + acc_row(lane, e);
-              if (i >= p.tq || key >= p.tk || (p.causal && key > i + p.shift)) pr = 0.0f;
+              if (i >= p.tq || hidden(key, i, p)) pr = 0.0f;
             }
             pt[n][e] = pr;
             dst[n][e] = pr * (dst[n][e] - delta_s[c]);
@@ -450,9 +464,9 @@ __global__ void __launch_bounds__(kThreads) backward_q_kernel(Rows q, Rows k, Ro
   E* vbuf = kbuf + 2 * kStep * ld;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int q0 = blockIdx.x * kRows, bh = blockIdx.y, w0 = q0 + warp * 16;
-  const int warp_last = p.causal ? w0 + 15 + p.shift : p.tk - 1;
-  const int warp_first = p.causal ? w0 + p.shift : p.tk - 1;
+  const int q0 = blockIdx.x * kRows, bh = blockIdx.y;
+  const QueryWarp qw(p, q0, warp);
+  const int w0 = qw.w0;
   float lse2[2], delta_row[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -477,19 +491,18 @@ __global__ void __launch_bounds__(kThreads) backward_q_kernel(Rows q, Rows k, Ro
       },
       [&](int t, int b) {
         const int key0 = t * kStep;
-        if (key0 > warp_last) return;
+        if (qw.skips(key0)) return;
         const E* ks = kbuf + b * kStep * ld;
         product_nt<E, D>(s, qs + warp * 16 * ld, ks, lane);
         product_nt<E, D>(ds, dos + warp * 16 * ld, vbuf + b * kStep * ld, lane);
-        const bool partial = key0 + kStep - 1 > warp_first || key0 + kStep > p.tk;
+        const bool partial = qw.partial(key0, p);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float pr = exp2_fast(s[n][e] * p.scale_log2 - lse2[e / 2]);
             if (partial) {
-              const int key = key0 + acc_col(lane, n, e), row = w0 + acc_row(lane, e);
-              if (key >= p.tk || (p.causal && key > row + p.shift)) pr = 0.0f;
+              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, e), p)) pr = 0.0f;
             }
             ds[n][e] = pr * (ds[n][e] - delta_row[e / 2]);
           }
