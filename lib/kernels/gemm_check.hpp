@@ -19,7 +19,7 @@ inline void check_gemm(const GemmParams& p) {
   BMT_REQUIRE(p.ldc >= p.n, "gemm: expected ldc >= " << p.n << ", found " << p.ldc);
   BMT_REQUIRE(!p.bias || p.batch == 1, "gemm: expected no bias with batch " << p.batch << " (bias needs batch 1)");
   BMT_REQUIRE(!p.f32_output || !p.bias, "gemm: expected no bias with an f32 output of " << dtype_name(p.dtype)
-                                                                                          << " operands");
+                                                                                          << " operands, found one");
   constexpr std::int64_t kIntMax = 2147483647;
   BMT_REQUIRE(std::max({p.m, p.n, p.k, p.a.ld, p.b.ld, p.ldc}) <= kIntMax,
               "gemm: expected sizes and leading dimensions below 2^31, found m=" << p.m << " n=" << p.n << " k=" << p.k);

@@ -298,15 +298,23 @@ bool backward_typed(const Tensor& dy, const Tensor& x, const Tensor& weight, con
   return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, C);
 }
 
+// x as `rows` rows of C elements, when the statistics are f32 (mean absent for RMSNorm) and the
+// rows are of a width these kernels take.
+bool rows_of_norm(const Tensor& x, const Tensor& mean, const Tensor& rstd, std::int64_t& rows, std::int64_t& C) {
+  if (rstd.dtype() != DType::f32 || (mean.defined() && mean.dtype() != DType::f32)) return false;
+  C = x.size(-1);
+  if (C <= 0 || C > (1 << 20)) return false;
+  rows = x.numel() / C;
+  return true;
+}
+
 }  // namespace
 
 bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd) {
   if (!available() || !contiguous_or_absent({&x, &weight, &bias, &y, &mean, &rstd})) return false;
-  if (rstd.dtype() != DType::f32 || (mean.defined() && mean.dtype() != DType::f32)) return false;
-  const std::int64_t C = x.size(-1);
-  if (C <= 0 || C > (1 << 20)) return false;
-  const std::int64_t rows = x.numel() / C;
+  std::int64_t rows = 0, C = 0;
+  if (!rows_of_norm(x, mean, rstd, rows, C)) return false;
   const bool centered = mean.defined();
   bool done = false;
   BMT_DISPATCH_FLOAT(x.dtype(), "norm", T, {
@@ -319,10 +327,8 @@ bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   if (!available() || !contiguous_or_absent({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) return false;
-  if (rstd.dtype() != DType::f32 || (mean.defined() && mean.dtype() != DType::f32)) return false;
-  const std::int64_t C = x.size(-1);
-  if (C <= 0 || C > (1 << 20)) return false;
-  const std::int64_t rows = x.numel() / C;
+  std::int64_t rows = 0, C = 0;
+  if (!rows_of_norm(x, mean, rstd, rows, C)) return false;
   const bool centered = mean.defined();
   bool done = false;
   BMT_DISPATCH_FLOAT(x.dtype(), "norm_backward", T, {
