@@ -243,16 +243,17 @@ TEST(Attention, MemoryDoesNotGrowWithTSquared) {
 
 // The inputs of the CUDA build's tensor-core kernels (bf16/f16, D = 64 and 128, rows aligned to
 // 16 bytes) against the float64 reference on the same rounded values: partial tiles (T not a
-// multiple of 64), one query, more keys than queries, and a fused QKV projection's strided
-// [B, T, H, D] views. The CUDA build must take the tensor-core path for each of them. Tolerances:
+// multiple of 64), several 128-query blocks, one query, more keys than queries, and a fused QKV
+// projection's strided [B, T, H, D] views. The CUDA build must take the tensor-core path for each of them. Tolerances:
 // the outputs are rounded once, the probabilities and dS once more before their products.
 TEST(Attention, TensorCoreShapes) {
   struct Case {
     Sizes s;
     bool causal;
   };
-  const Case cases[] = {{{1, 2, 64, 64, 64}, true},   {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
-                        {{1, 1, 70, 200, 128}, true}, {{1, 1, 1, 65, 128}, true},   {{2, 2, 129, 129, 128}, false}};
+  const Case cases[] = {{{1, 2, 64, 64, 64}, true},    {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
+                        {{1, 1, 300, 300, 64}, true},  {{1, 1, 70, 200, 64}, true},  {{1, 1, 70, 200, 128}, true},
+                        {{1, 1, 1, 65, 128}, true},    {{2, 2, 129, 129, 128}, false}};
   std::uint32_t seed = 600;
   for (DType dt : {DType::bf16, DType::f16}) {
     const double tol = dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
