@@ -349,6 +349,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
         const int key0 = t * N;
         if (qw.skips(key0)) return;  // the whole tile is masked for this warp
         product_nt<E, D, M, N>(s, qf, kbuf + b * N * ld, lane);
+        // The scores stay unscaled until the exponent, one FFMA per element: with scale > 0 (the
+        // forward requires it) the max of the raw scores, scaled, is the max of the scaled ones.
         const bool partial = qw.partial(key0, p);  // masks needed
         float tile_max[M][2];
 #pragma unroll
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float x = s[m][n][e] * p.scale_log2;
+              float x = s[m][n][e];
               if (partial) {
                 if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, m, e), p)) x = -INFINITY;
               }
@@ -374,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
             float& tm = tile_max[m][i];
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
             tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-            const float m_new = fmaxf(row_max[m][i], tm);
+            const float m_new = fmaxf(row_max[m][i], tm * p.scale_log2);
             base[m][i] = m_new == -INFINITY ? 0.0f : m_new;  // a row that has seen no key yet sums zeros
             alpha[m][i] = row_max[m][i] == -INFINITY ? 0.0f : exp2_fast(row_max[m][i] - base[m][i]);
             row_max[m][i] = m_new;
@@ -386,7 +388,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              s[m][n][e] = exp2_fast(s[m][n][e] - base[m][e / 2]);
+              s[m][n][e] = exp2_fast(fmaf(s[m][n][e], p.scale_log2, -base[m][e / 2]));
               row_sum[m][e / 2] += s[m][n][e];  // this lane's share; the row's four lanes are summed at the end
             }
 #pragma unroll
@@ -732,7 +734,7 @@ bool attention_uses_tensor_cores(const Tensor& q, const Tensor& k, const Tensor&
 
 bool tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                                    const Tensor& out, const Tensor& lse) {
-  if (!applies({&q, &k, &v, &out})) return false;
+  if (!(scale > 0.0f) || !applies({&q, &k, &v, &out})) return false;  // the running max needs scale > 0
   return with_tensor_core_types(q, [&](auto e, auto dim) {
     run_forward<decltype(e), decltype(dim)::value>(q, k, v, causal, scale, out, lse);
   });

@@ -296,6 +296,31 @@ TEST(Attention, TensorCoreShapes) {
   expect_close(swap_heads_and_time(o.to_host_floats(), B, T, H, D), ref.out, 1.0 / 32, 1.0 / 32, "fused qkv out");
 }
 
+// A negative scale reverses which score is a row's largest; the CUDA build's forward then takes
+// the portable kernel (its running max assumes scale > 0) and the result must not change.
+TEST(Attention, NegativeScaleAtTensorCoreShapes) {
+  const Sizes s{1, 2, 70, 70, 64};
+  const DType dt = DType::bf16;
+  // Scores spread over about +-100, so a running max taken the wrong way overflows 2^x.
+  const auto q = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, 700, -4.0f, 4.0f), dt);
+  const auto k = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, 701, -4.0f, 4.0f), dt);
+  const auto v = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, 702), dt);
+  const auto w = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, 703), dt);
+  const float scale = -1.0f;
+  const auto ref = attention_reference(s, q, k, v, w, true, scale);
+  const auto r = testing::forward_backward(
+      [&](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], true, scale); },
+      {Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}, dt), Tensor::from_floats(k, {s.B, s.H, s.Tk, s.D}, dt),
+       Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D}, dt)},
+      {true, true, true}, w);
+  const double tol = 1.0 / 32;
+  expect_close(r.output, ref.out, tol, tol, "negative scale out");
+  expect_close(r.grads[2], ref.dv, tol, tol, "negative scale dv");
+  // Rows this peaked make dS = P (dP - D) a small difference of rounded terms: a looser bound.
+  expect_close(r.grads[0], ref.dq, 4 * tol, 4 * tol, "negative scale dq");
+  expect_close(r.grads[1], ref.dk, 4 * tol, 4 * tol, "negative scale dk");
+}
+
 TEST(Attention, RejectsBadShapes) {
   const Tensor a = Tensor::zeros({1, 1, 4, 8});
   EXPECT_THROW(attention(Tensor::zeros({1, 1, 5, 8}), a, a), Error);  // causal with Tq > Tk
