@@ -1,47 +1,97 @@
 #!/usr/bin/env bash
 # Side-by-side: bmt-train and PyTorch FSDP2 on the same GPU machine, same GPT-2 shapes, one after
 # the other, one table: tokens/s per GPU, MFU (989 TFLOP/s, 6N + 6LCT FLOPs/token), peak memory
-# per GPU, and the ratio.
-#   bench/side_by_side.sh BMT_TRAIN [MODEL] [BATCH_PER_GPU] [GPUS] [STEPS]
+# per GPU, the mean SM clock and power of GPU 0 while it was busy, and the ratio.
+#   bench/side_by_side.sh BMT_TRAIN [MODEL] [BATCH_PER_GPU] [GPUS] [STEPS] [ROUNDS]
 # BMT_TRAIN: path to a CUDA build of bmt-train. Needs python3 with PyTorch (FSDP2) for the peer.
+# ROUNDS (default 1) runs the pair that many times, alternating which goes first; the table gives
+# each system's median over the rounds and every round's value, since one run of either can be
+# off by 10% on these machines. Both run at the GPU's power limit most of the time: the clock
+# column says how far that pulled the clock down.
 set -euo pipefail
-bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l)}; steps=${5:-20}
+bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l)}; steps=${5:-20}; rounds=${6:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0
 seq=1024
 warmup=5
 
-echo "# side-by-side: $model, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, per-block recompute; $(date -u +%FT%TZ)"
-python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/fsdp2_gpt.py" \
-  --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" > "$out/fsdp2.json" 2> "$out/fsdp2.log" \
-  || { echo "FSDP2 run failed:"; tail -20 "$out/fsdp2.log"; }
-mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" "$bmt" --no-progress \
-  --model "$model" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" --steps $((steps + warmup)) --warmup 2 \
-  --log-every 5 --metrics "$out/bmt.jsonl" > "$out/bmt.log" 2>&1 \
-  || { echo "bmt-train run failed:"; tail -20 "$out/bmt.log"; }
+# Runs "$@" while sampling GPU 0's SM clock (MHz) and power (W) every 250 ms into $1.smi.
+sampled() {
+  local name=$1; shift
+  nvidia-smi -i 0 --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 250 > "$out/$name.smi" 2>/dev/null &
+  local smi=$!
+  "$@" || true
+  kill "$smi" 2>/dev/null || true
+  wait "$smi" 2>/dev/null || true
+}
+run_fsdp2() {
+  sampled "fsdp2.$1" python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/fsdp2_gpt.py" \
+    --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" > "$out/fsdp2.$1.json" 2> "$out/fsdp2.$1.log"
+  [ -s "$out/fsdp2.$1.json" ] || { echo "FSDP2 run $1 failed:"; tail -20 "$out/fsdp2.$1.log"; }
+}
+run_bmt() {
+  sampled "bmt.$1" mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" "$bmt" \
+    --no-progress --model "$model" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" --steps $((steps + warmup)) \
+    --warmup 2 --log-every 5 --metrics "$out/bmt.$1.jsonl" > "$out/bmt.$1.log" 2>&1
+  [ -s "$out/bmt.$1.jsonl" ] || { echo "bmt-train run $1 failed:"; tail -20 "$out/bmt.$1.log"; }
+}
 
-python3 - "$out" "$gpus" "$warmup" <<'PY'
+echo "# side-by-side: $model, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, per-block recompute, $rounds round(s); $(date -u +%FT%TZ)"
+for r in $(seq 1 "$rounds"); do
+  if [ $((r % 2)) -eq 1 ]; then run_fsdp2 "$r"; run_bmt "$r"; else run_bmt "$r"; run_fsdp2 "$r"; fi
+done
+
+python3 - "$out" "$gpus" "$warmup" "$rounds" <<'PY'
 import json, statistics, sys
-out, gpus, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rows = []
-try:
-    f = json.loads(open(f"{out}/fsdp2.json").read().strip().splitlines()[-1])
-    rows.append(("pytorch-fsdp2", f["tokens_per_s_per_gpu"], f["mfu"], f["peak_mem_gib"]))
-except Exception as e:
-    rows.append(("pytorch-fsdp2", None, None, None))
-try:
-    m = [json.loads(l) for l in open(f"{out}/bmt.jsonl")][warmup:]
+out, gpus, warmup, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+
+def fsdp2(r):
+    f = json.loads(open(f"{out}/fsdp2.{r}.json").read().strip().splitlines()[-1])
+    return f["tokens_per_s_per_gpu"], f["mfu"], f["peak_mem_gib"]
+
+
+def bmt(r):
+    m = [json.loads(l) for l in open(f"{out}/bmt.{r}.jsonl")][warmup:]
     tps = statistics.median(x["tokens_per_s"] for x in m) / gpus
     mfu = statistics.median(x["mfu"] for x in m) if m[0]["mfu"] is not None else None
-    mem = max(x["mem_peak_bytes"] for x in m) / 2**30
-    rows.append(("bmt-train", tps, mfu, mem))
-except Exception as e:
-    rows.append(("bmt-train", None, None, None))
+    return tps, mfu, max(x["mem_peak_bytes"] for x in m) / 2**30
+
+
+def busy_clock_power(name):  # means over the samples where GPU 0 drew more than 200 W
+    try:
+        rows = [[float(v) for v in l.split(",")] for l in open(f"{out}/{name}.smi") if l.strip()]
+    except (OSError, ValueError):
+        return None, None
+    busy = [r for r in rows if r[1] > 200]
+    return (statistics.mean(r[0] for r in busy), statistics.mean(r[1] for r in busy)) if busy else (None, None)
+
+
+rows = []
+for name, prefix, read in (("pytorch-fsdp2", "fsdp2", fsdp2), ("bmt-train", "bmt", bmt)):
+    runs, clocks, powers = [], [], []
+    for r in range(1, rounds + 1):
+        try:
+            runs.append(read(r))
+        except Exception:
+            continue
+        clock, power = busy_clock_power(f"{prefix}.{r}")
+        if clock is not None:
+            clocks.append(clock)
+            powers.append(power)
+    if not runs:
+        rows.append((name, None, None, None, None, None, []))
+        continue
+    tps = statistics.median(x[0] for x in runs)
+    mfu = statistics.median(x[1] for x in runs) if runs[0][1] is not None else None
+    rows.append((name, tps, mfu, max(x[2] for x in runs), statistics.mean(clocks) if clocks else None,
+                 statistics.mean(powers) if powers else None, [x[0] for x in runs]))
 fmt = lambda v, f: "-" if v is None else f.format(v)
-print(f"{'system':<15} {'tokens/s/GPU':>13} {'MFU':>7} {'peak GiB/GPU':>13}")
-for name, tps, mfu, mem in rows:
-    print(f"{name:<15} {fmt(tps, '{:13.0f}')} {fmt(mfu and mfu * 100, '{:6.1f}%')} {fmt(mem, '{:13.1f}')}")
+print(f"{'system':<15} {'tokens/s/GPU':>13} {'MFU':>7} {'peak GiB/GPU':>13} {'SM MHz':>7} {'W':>5}  rounds")
+for name, tps, mfu, mem, clock, power, each in rows:
+    print(f"{name:<15} {fmt(tps, '{:13.0f}')} {fmt(mfu and mfu * 100, '{:6.1f}%')} {fmt(mem, '{:13.1f}')} "
+          f"{fmt(clock, '{:7.0f}')} {fmt(power, '{:5.0f}')}  {' '.join(f'{v:.0f}' for v in each)}")
 if rows[0][1] and rows[1][1]:
     print(f"ratio bmt/fsdp2: tokens/s {rows[1][1] / rows[0][1]:.2f}x, memory {rows[1][3] / rows[0][3]:.2f}x")
 PY
