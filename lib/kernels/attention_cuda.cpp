@@ -449,7 +449,9 @@ __global__ void __launch_bounds__(kThreads) delta_kernel(Rows o, Rows dout, floa
 
 // dK and dV for a block of keys, walking over every query tile that sees them. Per warp (16 M
 // keys): S^T = K Q^T and dP^T = V dO^T in registers, then dV += P^T dO and dK += dS^T Q.
-template <class E, int D, int M, int N>
+// KEEP: the warp's K and V rows stay in registers as fragments (read from shared memory once)
+// instead of being read again for every query tile.
+template <class E, int D, int M, int N, bool KEEP>
 __global__ void __launch_bounds__(kThreads) backward_kv_kernel(Rows q, Rows k, Rows v, Rows dout, const float* lse,
                                                               const float* delta, Rows dk, Rows dv, Problem p) {
   constexpr int ld = tile_ld<D>(), rows = block_rows<M>();
@@ -473,6 +475,7 @@ __global__ void __launch_bounds__(kThreads) backward_kv_kernel(Rows q, Rows k, R
   clear(dk_acc);
   clear(dv_acc);
   Acc<M, N> pt, dst;  // P^T, then dP^T turned into dS^T: this warp's 16 M keys x N queries
+  Fragments<D, M> kf, vf;
   walk_tiles(
       first_query / N, (p.tq + N - 1) / N,
       [&](int t, int b) {
@@ -489,13 +492,22 @@ __global__ void __launch_bounds__(kThreads) backward_kv_kernel(Rows q, Rows k, R
       },
       [&](int t, int b) {
         const int q0 = t * N;
+        if (KEEP && t == first_query / N) {  // K and V landed with the first tile
+          load_fragments<E, D, M>(kf, ks + warp * 16 * M * ld, lane);
+          load_fragments<E, D, M>(vf, vs + warp * 16 * M * ld, lane);
+        }
         if (p.causal && w0 > q0 + N - 1 + p.shift) return;  // no query here sees these keys
         const E* qs = qbuf + b * N * ld;
         const E* dos = dobuf + b * N * ld;
         const float* lse_s = lse_buf + b * N;
         const float* delta_s = delta_buf + b * N;
-        product_nt<E, D, M, N>(pt, ks + warp * 16 * M * ld, qs, lane);
-        product_nt<E, D, M, N>(dst, vs + warp * 16 * M * ld, dos, lane);
+        if constexpr (KEEP) {
+          product_nt<E, D, M, N>(pt, kf, qs, lane);
+          product_nt<E, D, M, N>(dst, vf, dos, lane);
+        } else {
+          product_nt<E, D, M, N>(pt, ks + warp * 16 * M * ld, qs, lane);
+          product_nt<E, D, M, N>(dst, vs + warp * 16 * M * ld, dos, lane);
+        }
         // Masks apply only where the tile crosses the diagonal, the end of the queries or of the keys.
         const int w_last = w0 + 16 * M - 1;
         const bool partial = q0 + N > p.tq || w_last >= p.tk || (p.causal && w_last > q0 + p.shift);
@@ -625,10 +637,11 @@ void allow_shared_memory(Kernel kernel, std::size_t bytes) {
 cudaStream_t compute_stream() { return context().compute_stream().native(); }
 
 // How each kernel tiles its work, per head dimension: each warp owns `m` m-tiles (16 m rows) of
-// its own side, and the block walks over `n`-row tiles of the other side. Measured on an H200
-// (bench_attention, bf16, causal, T = 1024, D = 64): the forward gains 6% from two m-tiles per
-// warp; the backward kernels lose 1-4% with two m-tiles (32-query walks) or with 32- or 128-row
-// walks, as their four accumulator tiles then crowd the registers.
+// its own side, and the block walks over `n`-row tiles of the other side; keep_kv keeps the dK/dV
+// kernel's K and V fragments in registers. Measured on an H200 (bench_attention, bf16, causal,
+// T = 1024, D = 64): the forward gains 6% from two m-tiles per warp; the backward kernels lose
+// 1-4% with two m-tiles (32-query walks) or with 32- or 128-row walks, as their four accumulator
+// tiles then crowd the registers.
 struct Tile {
   int m, n;
 };
@@ -637,10 +650,12 @@ struct Tiling;
 template <>
 struct Tiling<64> {
   static constexpr Tile forward{2, 64}, dq{1, 64}, dkdv{1, 64};
+  static constexpr bool keep_kv = true;  // 2.5% on the backward; the dQ kernel gains nothing from it
 };
 template <>
 struct Tiling<128> {
   static constexpr Tile forward{1, 64}, dq{1, 64}, dkdv{1, 64};
+  static constexpr bool keep_kv = false;  // 64 more registers would spill
 };
 
 template <int M>
@@ -657,13 +672,13 @@ void launch_forward(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows 
   BMT_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class E, int D, int M, int N>
+template <class E, int D, int M, int N, bool KEEP>
 void launch_backward_kv(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows dout, const float* lse,
                         const float* delta, Rows dk, Rows dv) {
   const std::size_t bytes = tile_bytes(2 * block_rows<M>() + 4 * N, D, sizeof(E)) + 4 * N * sizeof(float);
-  static const bool allowed = (allow_shared_memory(backward_kv_kernel<E, D, M, N>, bytes), true);
+  static const bool allowed = (allow_shared_memory(backward_kv_kernel<E, D, M, N, KEEP>, bytes), true);
   (void)allowed;
-  backward_kv_kernel<E, D, M, N><<<dim3(tiles_of<M>(p.tk), bh), kThreads, bytes, compute_stream()>>>(
+  backward_kv_kernel<E, D, M, N, KEEP><<<dim3(tiles_of<M>(p.tk), bh), kThreads, bytes, compute_stream()>>>(
       q, k, v, dout, lse, delta, dk, dv, p);
   BMT_CUDA_CHECK(cudaGetLastError());
 }
@@ -702,8 +717,8 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   BMT_CUDA_CHECK(cudaGetLastError());
   const float* ls = lse.data_as<float>();
   const float* dl = delta.data_as<float>();
-  launch_backward_kv<E, D, Tiling<D>::dkdv.m, Tiling<D>::dkdv.n>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl,
-                                                                 rows(dk), rows(dv));
+  launch_backward_kv<E, D, Tiling<D>::dkdv.m, Tiling<D>::dkdv.n, Tiling<D>::keep_kv>(p, bh, rows(q), rows(k), rows(v),
+                                                                                rows(dout), ls, dl, rows(dk), rows(dv));
   launch_backward_q<E, D, Tiling<D>::dq.m, Tiling<D>::dq.n>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl,
                                                             rows(dq));
 }
