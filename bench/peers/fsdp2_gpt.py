@@ -67,6 +67,19 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
+def shard(model, checkpoint=True):
+    """The baseline's wrapping, in place: per-block activation checkpointing, fully_shard on every
+    block and on the root with bf16 parameters and fp32 gradient reduction. Returns the fused AdamW."""
+    if checkpoint:
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = checkpoint_wrapper(blk)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for blk in model.blocks:
+        fully_shard(blk, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2-1.5b", choices=sorted(PRESETS))
@@ -86,14 +99,7 @@ def main():
     with torch.device("cuda"):
         model = GPT(layers, heads, dim, vocab, args.seq)
     n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
-    if not args.no_checkpoint:
-        for i, blk in enumerate(model.blocks):
-            model.blocks[i] = checkpoint_wrapper(blk)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for blk in model.blocks:
-        fully_shard(blk, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+    opt = shard(model, checkpoint=not args.no_checkpoint)
 
     gen = torch.Generator(device="cuda").manual_seed(rank)
     tokens = torch.randint(0, vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)

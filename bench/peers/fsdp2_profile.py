@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where the FSDP2 baseline's step goes: torch.profiler's CUDA kernel table for fsdp2_gpt.py's model.
 
-Builds the model exactly as fsdp2_gpt.py does (fully_shard per block and on the root, bf16 params /
-fp32 reduce, per-block activation checkpointing, fused AdamW), runs 3 warm-up steps, profiles 2,
+Builds the model as fsdp2_gpt.py does (its `shard`: fully_shard per block and on the root, bf16
+params / fp32 reduce, per-block activation checkpointing, fused AdamW), runs 3 warm-up steps, profiles 2,
 and prints the kernels sorted by GPU time (divide by 2 for per step). Compare with bmt-train's
 `--timeline-ops` trace through bench/timeline_summary.py.
 Run: python3 -m torch.distributed.run --nproc_per_node=1 fsdp2_profile.py [--model gpt2-1.5b] [--batch 16]
@@ -12,11 +12,9 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.profiler import ProfilerActivity, profile
 
-from fsdp2_gpt import GPT, PRESETS
+from fsdp2_gpt import GPT, PRESETS, shard
 
 
 def main():
@@ -33,13 +31,7 @@ def main():
     vocab = 50304
     with torch.device("cuda"):
         model = GPT(layers, heads, dim, vocab, args.seq)
-    for i, blk in enumerate(model.blocks):
-        model.blocks[i] = checkpoint_wrapper(blk)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for blk in model.blocks:
-        fully_shard(blk, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+    opt = shard(model)
     tokens = torch.randint(0, vocab, (args.batch, args.seq + 1), device="cuda")
     x, y = tokens[:, :-1], tokens[:, 1:].contiguous()
 
