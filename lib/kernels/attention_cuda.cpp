@@ -12,6 +12,9 @@
 // back into the next product as its A operand without a trip through memory. Under a causal mask
 // a warp skips tiles it cannot see. Memory stays linear in T.
 //
+// On Hopper a 64-wide head's forward runs on the warpgroup MMA instead (forward_wgmma_kernel,
+// compiled for sm_90a), when the device runs that code (wgmma_available).
+//
 // Forward: one pass with an online softmax (running row max and sum, partial outputs rescaled
 // when the max grows), then O / sum and the logsumexp. Backward (the portable kernel's math):
 // one kernel per key tile accumulates dV += P^T dO and dK += dS^T Q with dS = P * (dO V^T - D),
@@ -23,6 +26,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include "attention_seam.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -157,7 +162,9 @@ __device__ inline void copy_rows_async(E* tile, const E* base, long long st, int
 
 // The walk over tiles t = first, ..., tiles - 1 with two buffers: tile t + 1 is copied while tile
 // t is used. issue(t, buffer) starts the copies of tile t; use(t, buffer) runs once it has landed.
-template <class Issue, class Use>
+// With ASYNC_READS the landed tiles are read by wgmma, through the async proxy: each thread
+// fences its own copies into that proxy before the barrier.
+template <bool ASYNC_READS = false, class Issue, class Use>
 __device__ inline void walk_tiles(int first, int tiles, Issue&& issue, Use&& use) {
   if (first >= tiles) return;
   issue(first, 0);
@@ -171,6 +178,7 @@ __device__ inline void walk_tiles(int first, int tiles, Issue&& issue, Use&& use
     } else {
       wait_copies<0>();
     }
+    if constexpr (ASYNC_READS) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // tile t is visible to every thread
     use(t, buffer);
     __syncthreads();  // every warp is done with this buffer before tile t + 2 goes into it
@@ -420,6 +428,244 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
       }
   }
   store_rows<E, D, M>(out, const_cast<E*>(rows_of<E>(o, bh, p.h)), o.st, w0, p.tq, 1.0f, lane);
+}
+
+// ---- Forward on Hopper's warpgroup MMA (wgmma, sm_90a) ----------------------------------------
+//
+// For a 64-wide head. The block's 4 warps are one warpgroup; it owns 64 queries and walks over
+// 64-key tiles. S = Q K^T is 4 wgmma.m64n64k16 reading Q and K from shared memory through matrix
+// descriptors; O += P V is 4 more with P from registers and V read transposed (its rows are keys,
+// the MMA's K dimension). Tiles are stored unpadded in the 128-byte swizzle the descriptors name:
+// 16-byte chunk c of row r sits at chunk c ^ (r % 8), so a 64-element row is one swizzle row and
+// 8 rows one 1024-byte atom. wgmma's accumulator gives warp w rows 16 w .. 16 w + 15 in the same
+// per-warp layout as mma.sync (Acc<1, 64>), and its register A operand is mma.sync's, so the
+// softmax and the packing of P are the ones above. wgmma is issued by the whole warpgroup, so a
+// warp cannot skip a tile its rows do not see: the mask zeroes it instead.
+
+constexpr int kWgTile = 64;                          // queries per block, keys per tile, head size
+constexpr int kWgTileBytes = kWgTile * kWgTile * 2;  // one 64 x 64 tile of 2-byte elements
+
+// Starts copying rows [row0, row0 + 64) of a [rows, 64] tensor into a swizzled tile (zeros past `rows`).
+template <class E>
+__device__ inline void copy_tile_swizzled_async(unsigned char* tile, const E* base, long long st, int row0,
+                                                int rows) {
+  const int chunk = threadIdx.x % 8, r0 = threadIdx.x / 8;  // 128 threads: 16 rows of 8 chunks per pass
+#pragma unroll
+  for (int pass = 0; pass < kWgTile / 16; ++pass) {
+    const int r = r0 + 16 * pass;
+    const bool valid = row0 + r < rows;
+    copy16_async(tile + r * 128 + ((chunk ^ (r % 8)) << 4),
+                 valid ? base + static_cast<long long>(row0 + r) * st + chunk * 8 : base, valid);
+  }
+}
+
+// Matrix descriptor of a swizzled tile: start address / 16, the 1024-byte stride between 8-row
+// groups, 128-byte swizzle (mode 1 in bits 62-63). The leading byte offset is unused with this
+// swizzle when a row is one swizzle row. Adding 2 moves the start 32 bytes: 16 elements further
+// along a row (the next K step of a K-major tile).
+__device__ inline std::uint64_t tile_descriptor(const unsigned char* tile) {
+  const std::uint32_t at = static_cast<std::uint32_t>(__cvta_generic_to_shared(tile));
+  return ((at & 0x3FFFFu) >> 4) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
+         (std::uint64_t(1) << 62);
+}
+
+// The sm_90a instructions exist only in that compilation pass (__CUDA_ARCH_FEAT_SM90_ALL); the
+// plain sm_90 pass compiles them to nothing and never runs them (wgmma_available).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BMT_SM90A(...) __VA_ARGS__
+#else
+#define BMT_SM90A(...)
+#endif
+
+__device__ inline void wgmma_fence() { BMT_SM90A(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory")); }
+__device__ inline void wgmma_commit() { BMT_SM90A(asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory")); }
+__device__ inline void wgmma_wait_all() { BMT_SM90A(asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory")); }
+
+// wgmma reads and writes its registers asynchronously: after the wait, these empty statements
+// keep the compiler from moving uses of them above it (or reusing them before it).
+__device__ inline void hold(Acc<1, 64>& acc) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[0][n][e])::"memory");
+}
+__device__ inline void hold(std::uint32_t (&r)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(r[k][i])::"memory");
+}
+
+#define BMT_WG_ACC                                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define BMT_WG_ACC_OPERANDS(d)                                                                               \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
+      "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+      "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+      "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// acc (+)= A B^T, m64 n64 k16: A and B K-major tiles in shared memory. `accumulate` 0 overwrites.
+template <class E>
+__device__ inline void wgmma_ss(Acc<1, 64>& acc, std::uint64_t a, std::uint64_t b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  float(&d)[8][4] = acc[0];
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " BMT_WG_ACC ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : BMT_WG_ACC_OPERANDS(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " BMT_WG_ACC ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : BMT_WG_ACC_OPERANDS(d)
+        : "l"(a), "l"(b), "r"(accumulate));
+#endif
+}
+
+// acc += A B, m64 n64 k16: A from registers (mma.sync's A layout per warp), B a tile in shared
+// memory whose rows run along K (transposed, "MN-major").
+template <class E>
+__device__ inline void wgmma_rs_transposed_b(Acc<1, 64>& acc, const std::uint32_t (&a)[4], std::uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  float(&d)[8][4] = acc[0];
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " BMT_WG_ACC
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : BMT_WG_ACC_OPERANDS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " BMT_WG_ACC
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : BMT_WG_ACC_OPERANDS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+
+#undef BMT_WG_ACC
+#undef BMT_WG_ACC_OPERANDS
+
+template <class E>
+__global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k, Rows v, Rows o, float* lse,
+                                                                 Problem p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // The swizzle is a function of address bits 4-9: tiles start on 1024-byte boundaries.
+  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
+  unsigned char* qs = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* kbuf = qs + kWgTileBytes;  // [2] tiles
+  unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = blockIdx.x * kWgTile, bh = blockIdx.y;
+  const QueryWarp<1, kWgTile> qw(p, q0, warp);
+  const int w0 = qw.w0;
+  const E* kb = rows_of<E>(k, bh, p.h);
+  const E* vb = rows_of<E>(v, bh, p.h);
+
+  copy_tile_swizzled_async<E>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // lands with tile 0
+  const std::uint64_t q_desc = tile_descriptor(qs);
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  Acc<1, kWgTile> out, s;
+  clear(out);
+  walk_tiles<true>(
+      0, key_tiles<1, kWgTile>(p, q0),
+      [&](int t, int b) {
+        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
+        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
+      },
+      [&](int t, int b) {
+        const int key0 = t * kWgTile;
+        const std::uint64_t k_desc = tile_descriptor(kbuf + b * kWgTileBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kWgTile / 16; ++kk) wgmma_ss<E>(s, q_desc + 2 * kk, k_desc + 2 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(s);
+        const bool partial = qw.partial(key0, p);  // also true for a warp that sees none of the tile
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[0][n][e];
+            if (partial) {
+              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) x = -INFINITY;
+            }
+            s[0][n][e] = x;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+          }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float& tm = tile_max[i];
+          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+          const float m_new = fmaxf(row_max[i], tm * p.scale_log2);
+          base[i] = m_new == -INFINITY ? 0.0f : m_new;
+          alpha[i] = row_max[i] == -INFINITY ? 0.0f : exp2_fast(row_max[i] - base[i]);
+          row_max[i] = m_new;
+          row_sum[i] *= alpha[i];
+        }
+        std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[0][n][e] = exp2_fast(fmaf(s[0][n][e], p.scale_log2, -base[e / 2]));
+            row_sum[e / 2] += s[0][n][e];
+          }
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          pa[kk][0] = pack<E>(s[0][2 * kk][0], s[0][2 * kk][1]);
+          pa[kk][1] = pack<E>(s[0][2 * kk][2], s[0][2 * kk][3]);
+          pa[kk][2] = pack<E>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+          pa[kk][3] = pack<E>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
+        const unsigned char* vt = vbuf + b * kWgTileBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs_transposed_b<E>(out, pa[kk], tile_descriptor(vt + kk * 16 * 128));
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(out);
+        hold(pa);
+      });
+  float inv[2], lse2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float& l = row_sum[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[i] = l > 0.0f ? 1.0f / l : 0.0f;
+    lse2[i] = l > 0.0f ? row_max[i] + log2f(l) : INFINITY;
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[0][n][e] *= inv[e / 2];
+  if (lane % 4 == 0)
+    for (int i = 0; i < 2; ++i) {
+      const int row = w0 + lane / 4 + 8 * i;
+      if (row < p.tq) lse[static_cast<long long>(bh) * p.tq + row] = lse2[i] / kLog2e;
+    }
+  store_rows<E, kWgTile, 1>(out, const_cast<E*>(rows_of<E>(o, bh, p.h)), o.st, w0, p.tq, 1.0f, lane);
+}
+
+// 1 where this module's device code was compiled with the sm_90a features (wgmma), else 0.
+__global__ void wgmma_probe(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *out = 1;
+#else
+  *out = 0;
+#endif
 }
 
 // delta[row] = sum over d of dO * O, f32. D / 8 lanes share a row, each reading 16 bytes (8
@@ -694,11 +940,43 @@ void launch_backward_q(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Ro
   BMT_CUDA_CHECK(cudaGetLastError());
 }
 
+template <class E>
+void launch_forward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows out, float* lse) {
+  const std::size_t bytes = 5 * kWgTileBytes + 1024;  // Q, two K and two V tiles, and room to align them
+  static const bool allowed = (allow_shared_memory(forward_wgmma_kernel<E>, bytes), true);
+  (void)allowed;
+  forward_wgmma_kernel<E><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, bytes, compute_stream()>>>(
+      q, k, v, out, lse, p);
+  BMT_CUDA_CHECK(cudaGetLastError());
+}
+
+// Whether the device runs this file's sm_90a code (the build adds it for Hopper; the driver may
+// still load the plain sm_90 code). Asked once, with one wait.
+bool wgmma_available() {
+  static const bool available = [] {
+    if (std::getenv("BMT_ATTENTION_NO_WGMMA")) return false;
+    int* flag = nullptr;
+    BMT_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    wgmma_probe<<<1, 1, 0, compute_stream()>>>(flag);
+    BMT_CUDA_CHECK(cudaGetLastError());
+    int value = 0;
+    BMT_CUDA_CHECK(cudaMemcpyAsync(&value, flag, sizeof value, cudaMemcpyDeviceToHost, compute_stream()));
+    BMT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+    BMT_CUDA_CHECK(cudaFree(flag));
+    return value == 1;
+  }();
+  return available;
+}
+
 template <class E, int D>
 void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const Tensor& out,
                  const Tensor& lse) {
   const Problem p = problem(q, k, causal, scale);
   const unsigned bh = static_cast<unsigned>(q.size(0) * q.size(1));
+  if constexpr (D == kWgTile) {
+    if (wgmma_available()) return launch_forward_wgmma<E>(p, bh, rows(q), rows(k), rows(v), rows(out),
+                                                          lse.data_as<float>());
+  }
   launch_forward<E, D, Tiling<D>::forward.m, Tiling<D>::forward.n>(p, bh, rows(q), rows(k), rows(v), rows(out),
                                                                    lse.data_as<float>());
 }
