@@ -548,6 +548,33 @@ __device__ inline void wgmma_rs_transposed_b(Acc<1, 64>& acc, const std::uint32_
 #undef BMT_WG_ACC
 #undef BMT_WG_ACC_OPERANDS
 
+// P (or dS) in registers as the A operand of four m64 n64 k16 steps, 16 keys (or queries) each.
+template <class E>
+__device__ inline void pack_a(std::uint32_t (&a)[4][4], const Acc<1, kWgTile>& p) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = pack<E>(p[0][2 * kk][0], p[0][2 * kk][1]);
+    a[kk][1] = pack<E>(p[0][2 * kk][2], p[0][2 * kk][3]);
+    a[kk][2] = pack<E>(p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]);
+    a[kk][3] = pack<E>(p[0][2 * kk + 1][2], p[0][2 * kk + 1][3]);
+  }
+}
+
+// acc (+)= A B^T over the 64-wide head: A and B swizzled K-major tiles (rows, 64).
+template <class E>
+__device__ inline void wgmma_tile_nt(Acc<1, kWgTile>& acc, const unsigned char* a, const unsigned char* b) {
+  const std::uint64_t ad = tile_descriptor(a), bd = tile_descriptor(b);
+#pragma unroll
+  for (int kk = 0; kk < kWgTile / 16; ++kk) wgmma_ss<E>(acc, ad + 2 * kk, bd + 2 * kk, kk > 0);
+}
+
+// acc += A B: A 64 x 64 in registers (pack_a), B a swizzled tile whose rows run along K.
+template <class E>
+__device__ inline void wgmma_tile_nn(Acc<1, kWgTile>& acc, const std::uint32_t (&a)[4][4], const unsigned char* b) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs_transposed_b<E>(acc, a[kk], tile_descriptor(b + kk * 16 * 128));
+}
+
 template <class E>
 __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k, Rows v, Rows o, float* lse,
                                                                  Problem p) {
@@ -566,7 +593,6 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
   const E* vb = rows_of<E>(v, bh, p.h);
 
   copy_tile_swizzled_async<E>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // lands with tile 0
-  const std::uint64_t q_desc = tile_descriptor(qs);
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   Acc<1, kWgTile> out, s;
   clear(out);
@@ -578,10 +604,8 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
       },
       [&](int t, int b) {
         const int key0 = t * kWgTile;
-        const std::uint64_t k_desc = tile_descriptor(kbuf + b * kWgTileBytes);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kWgTile / 16; ++kk) wgmma_ss<E>(s, q_desc + 2 * kk, k_desc + 2 * kk, kk > 0);
+        wgmma_tile_nt<E>(s, qs, kbuf + b * kWgTileBytes);
         wgmma_commit();
         wgmma_wait_all();
         hold(s);
@@ -610,7 +634,6 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
           row_max[i] = m_new;
           row_sum[i] *= alpha[i];
         }
-        std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -618,21 +641,14 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
             s[0][n][e] = exp2_fast(fmaf(s[0][n][e], p.scale_log2, -base[e / 2]));
             row_sum[e / 2] += s[0][n][e];
           }
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          pa[kk][0] = pack<E>(s[0][2 * kk][0], s[0][2 * kk][1]);
-          pa[kk][1] = pack<E>(s[0][2 * kk][2], s[0][2 * kk][3]);
-          pa[kk][2] = pack<E>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-          pa[kk][3] = pack<E>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-        }
+        std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
+        pack_a<E>(pa, s);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
-        const unsigned char* vt = vbuf + b * kWgTileBytes;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_rs_transposed_b<E>(out, pa[kk], tile_descriptor(vt + kk * 16 * 128));
+        wgmma_tile_nn<E>(out, pa, vbuf + b * kWgTileBytes);
         wgmma_commit();
         wgmma_wait_all();
         hold(out);
@@ -657,6 +673,159 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
       if (row < p.tq) lse[static_cast<long long>(bh) * p.tq + row] = lse2[i] / kLog2e;
     }
   store_rows<E, kWgTile, 1>(out, const_cast<E*>(rows_of<E>(o, bh, p.h)), o.st, w0, p.tq, 1.0f, lane);
+}
+
+// dK and dV for 64 keys of a 64-wide head (the mma.sync kernel's math): per query tile,
+// S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q.
+template <class E>
+__global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Rows k, Rows v, Rows dout,
+                                                                     const float* lse, const float* delta, Rows dk,
+                                                                     Rows dv, Problem p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
+  unsigned char* ks = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* vs = ks + kWgTileBytes;
+  unsigned char* qbuf = vs + kWgTileBytes;  // [2] tiles
+  unsigned char* dobuf = qbuf + 2 * kWgTileBytes;
+  float* lse_buf = reinterpret_cast<float*>(dobuf + 2 * kWgTileBytes);  // [2][64], log2 units
+  float* delta_buf = lse_buf + 2 * kWgTile;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = blockIdx.x * kWgTile, bh = blockIdx.y, w0 = k0 + warp * 16;
+  const E* qb = rows_of<E>(q, bh, p.h);
+  const E* dob = rows_of<E>(dout, bh, p.h);
+  copy_tile_swizzled_async<E>(ks, rows_of<E>(k, bh, p.h), k.st, k0, p.tk);  // land with the first tile
+  copy_tile_swizzled_async<E>(vs, rows_of<E>(v, bh, p.h), v.st, k0, p.tk);
+  const int first_query = p.causal ? max(0, k0 - p.shift) : 0;
+  Acc<1, kWgTile> dk_acc, dv_acc, pt, dst;
+  clear(dk_acc);
+  clear(dv_acc);
+  walk_tiles<true>(
+      first_query / kWgTile, (p.tq + kWgTile - 1) / kWgTile,
+      [&](int t, int b) {
+        const int q0 = t * kWgTile;
+        copy_tile_swizzled_async<E>(qbuf + b * kWgTileBytes, qb, q.st, q0, p.tq);
+        copy_tile_swizzled_async<E>(dobuf + b * kWgTileBytes, dob, dout.st, q0, p.tq);
+        for (int c = threadIdx.x; c < kWgTile; c += kThreads) {
+          const int i = q0 + c;
+          const long long at = static_cast<long long>(bh) * p.tq + i;
+          lse_buf[b * kWgTile + c] = i < p.tq ? lse[at] * kLog2e : INFINITY;
+          delta_buf[b * kWgTile + c] = i < p.tq ? delta[at] : 0.0f;
+        }
+      },
+      [&](int t, int b) {
+        const int q0 = t * kWgTile;
+        const unsigned char* qt = qbuf + b * kWgTileBytes;
+        const unsigned char* dot = dobuf + b * kWgTileBytes;
+        const float* lse_s = lse_buf + b * kWgTile;
+        const float* delta_s = delta_buf + b * kWgTile;
+        wgmma_fence();
+        wgmma_tile_nt<E>(pt, ks, qt);
+        wgmma_tile_nt<E>(dst, vs, dot);
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(pt);
+        hold(dst);
+        // Masks where the tile crosses the diagonal or an end (also for a warp no query here sees).
+        const bool partial = q0 + kWgTile > p.tq || w0 + 15 >= p.tk || (p.causal && w0 + 15 > q0 + p.shift);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = acc_col(lane, n, e);
+            float pr = exp2_fast(pt[0][n][e] * p.scale_log2 - lse_s[c]);
+            if (partial) {
+              const int i = q0 + c, key = w0 + acc_row(lane, 0, e);
+              if (i >= p.tq || hidden(key, i, p)) pr = 0.0f;
+            }
+            pt[0][n][e] = pr;
+            dst[0][n][e] = pr * (dst[0][n][e] - delta_s[c]);
+          }
+        std::uint32_t pa[4][4], da[4][4];
+        pack_a<E>(pa, pt);
+        pack_a<E>(da, dst);
+        wgmma_fence();
+        wgmma_tile_nn<E>(dv_acc, pa, dot);
+        wgmma_tile_nn<E>(dk_acc, da, qt);
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(dv_acc);
+        hold(dk_acc);
+        hold(pa);
+        hold(da);
+      });
+  wait_copies<0>();  // a block that walked no tile still has its own tiles in flight
+  store_rows<E, kWgTile, 1>(dk_acc, const_cast<E*>(rows_of<E>(dk, bh, p.h)), dk.st, w0, p.tk, p.scale, lane);
+  store_rows<E, kWgTile, 1>(dv_acc, const_cast<E*>(rows_of<E>(dv, bh, p.h)), dv.st, w0, p.tk, 1.0f, lane);
+}
+
+// dQ for 64 queries of a 64-wide head: per key tile, S = Q K^T and dP = dO V^T, then dQ += dS K.
+template <class E>
+__global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows k, Rows v, Rows dout,
+                                                                    const float* lse, const float* delta, Rows dq,
+                                                                    Problem p) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
+  unsigned char* qs = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* dos = qs + kWgTileBytes;
+  unsigned char* kbuf = dos + kWgTileBytes;  // [2] tiles
+  unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = blockIdx.x * kWgTile, bh = blockIdx.y;
+  const QueryWarp<1, kWgTile> qw(p, q0, warp);
+  const int w0 = qw.w0;
+  float lse2[2], delta_row[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = w0 + lane / 4 + 8 * i;
+    const long long at = static_cast<long long>(bh) * p.tq + row;
+    lse2[i] = row < p.tq ? lse[at] * kLog2e : INFINITY;
+    delta_row[i] = row < p.tq ? delta[at] : 0.0f;
+  }
+  const E* kb = rows_of<E>(k, bh, p.h);
+  const E* vb = rows_of<E>(v, bh, p.h);
+  copy_tile_swizzled_async<E>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // land with tile 0
+  copy_tile_swizzled_async<E>(dos, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
+  Acc<1, kWgTile> dq_acc, s, ds;
+  clear(dq_acc);
+  walk_tiles<true>(
+      0, key_tiles<1, kWgTile>(p, q0),
+      [&](int t, int b) {
+        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
+        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
+      },
+      [&](int t, int b) {
+        const int key0 = t * kWgTile;
+        const unsigned char* kt = kbuf + b * kWgTileBytes;
+        wgmma_fence();
+        wgmma_tile_nt<E>(s, qs, kt);
+        wgmma_tile_nt<E>(ds, dos, vbuf + b * kWgTileBytes);
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(s);
+        hold(ds);
+        const bool partial = qw.partial(key0, p);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float pr = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
+            if (partial) {
+              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) pr = 0.0f;
+            }
+            ds[0][n][e] = pr * (ds[0][n][e] - delta_row[e / 2]);
+          }
+        std::uint32_t da[4][4];
+        pack_a<E>(da, ds);
+        wgmma_fence();
+        wgmma_tile_nn<E>(dq_acc, da, kt);
+        wgmma_commit();
+        wgmma_wait_all();
+        hold(dq_acc);
+        hold(da);
+      });
+  store_rows<E, kWgTile, 1>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
 }
 
 // 1 where this module's device code was compiled with the sm_90a features (wgmma), else 0.
@@ -950,6 +1119,23 @@ void launch_forward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v,
   BMT_CUDA_CHECK(cudaGetLastError());
 }
 
+template <class E>
+void launch_backward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows dout, const float* lse,
+                           const float* delta, Rows dq, Rows dk, Rows dv) {
+  const std::size_t kv_bytes = 6 * kWgTileBytes + 1024 + 4 * kWgTile * sizeof(float);
+  static const bool kv_allowed = (allow_shared_memory(backward_kv_wgmma_kernel<E>, kv_bytes), true);
+  (void)kv_allowed;
+  backward_kv_wgmma_kernel<E><<<dim3((p.tk + kWgTile - 1) / kWgTile, bh), kThreads, kv_bytes, compute_stream()>>>(
+      q, k, v, dout, lse, delta, dk, dv, p);
+  BMT_CUDA_CHECK(cudaGetLastError());
+  const std::size_t q_bytes = 6 * kWgTileBytes + 1024;
+  static const bool q_allowed = (allow_shared_memory(backward_q_wgmma_kernel<E>, q_bytes), true);
+  (void)q_allowed;
+  backward_q_wgmma_kernel<E><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, q_bytes, compute_stream()>>>(
+      q, k, v, dout, lse, delta, dq, p);
+  BMT_CUDA_CHECK(cudaGetLastError());
+}
+
 // Whether the device runs this file's sm_90a code (the build adds it for Hopper; the driver may
 // still load the plain sm_90 code). Asked once, with one wait.
 bool wgmma_available() {
@@ -995,6 +1181,11 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   BMT_CUDA_CHECK(cudaGetLastError());
   const float* ls = lse.data_as<float>();
   const float* dl = delta.data_as<float>();
+  if constexpr (D == kWgTile) {
+    if (wgmma_available())
+      return launch_backward_wgmma<E>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl, rows(dq), rows(dk),
+                                      rows(dv));
+  }
   launch_backward_kv<E, D, Tiling<D>::dkdv.m, Tiling<D>::dkdv.n, Tiling<D>::keep_kv>(p, bh, rows(q), rows(k), rows(v),
                                                                                 rows(dout), ls, dl, rows(dk), rows(dv));
   launch_backward_q<E, D, Tiling<D>::dq.m, Tiling<D>::dq.n>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl,
