@@ -3,6 +3,7 @@
 // the compute stream, float loads/stores of whole 2..32-byte packs of f32/bf16/f16 elements, warp
 // and row-team reductions in a fixed order (so results do not depend on scheduling), and a
 // grid-stride elementwise launcher. Only CUDA translation units include it.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -56,12 +57,13 @@ template <>
 __device__ __forceinline__ float from_float<float>(float x) {
   return x;
 }
-// bf16 uses the project's own rounding (the same bits as the host and Kokkos kernels, NaN included);
-// f16's hardware conversion is the same IEEE round-to-nearest-even as f16_t::from_float.
+// The hardware conversions round to nearest even, as bf16_t::from_float and f16_t::from_float do on
+// the host: the same bits for every number (a NaN stays a NaN, with the hardware's payload). One
+// cvt.rn.bf16x2 rounds two floats, where the host's bit arithmetic takes several instructions each.
 template <>
 __device__ __forceinline__ bf16_t from_float<bf16_t>(float x) {
   bf16_t r;
-  r.bits = bf16_t::from_float(x);
+  r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
   return r;
 }
 template <>
@@ -119,8 +121,16 @@ __device__ __forceinline__ void store(T* __restrict__ p, const float (&f)[N]) {
   constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
   using W = typename Word<kWordBytes>::type;
   T t[N];
+  if constexpr (std::is_same_v<T, bf16_t> && N % 2 == 0) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) t[k] = from_float<T>(f[k]);
+    for (int k = 0; k < N; k += 2) {  // pairs through cvt.rn.bf16x2.f32
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(f[k], f[k + 1]);
+      memcpy(&t[k], &pair, sizeof pair);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) t[k] = from_float<T>(f[k]);
+  }
   W w[kBytes / kWordBytes];
   memcpy(w, t, kBytes);
 #pragma unroll
