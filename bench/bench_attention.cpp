@@ -56,7 +56,7 @@ void BM_Attention(benchmark::State& state) {
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * 1e-12 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(dtype_name(dt)) + (backward ? " backward" : " forward") +
-                 (kernels::attention_uses_tensor_cores(in.q, in.k, in.v) ? ", tensor cores" : ", portable"));
+                 ", " + kernels::attention_kernel_name(in.q, in.k, in.v));
 }
 
 // GPT-2 124M and XL at 16 sequences of 1024 (per GPU), a 128-wide head at 4 x 2048, and f16.

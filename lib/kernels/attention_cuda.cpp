@@ -1216,6 +1216,11 @@ bool applies(std::initializer_list<const Tensor*> tensors) {
 
 bool attention_uses_tensor_cores(const Tensor& q, const Tensor& k, const Tensor& v) { return applies({&q, &k, &v}); }
 
+const char* attention_kernel_name(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!applies({&q, &k, &v})) return "portable";
+  return q.size(3) == kWgTile && wgmma_available() ? "wgmma" : "mma.sync";
+}
+
 bool tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                                    const Tensor& out, const Tensor& lse) {
   if (!(scale > 0.0f) || !applies({&q, &k, &v, &out})) return false;  // the running max needs scale > 0

@@ -6,6 +6,8 @@ namespace bmt::kernels {
 
 bool attention_uses_tensor_cores(const Tensor&, const Tensor&, const Tensor&) { return false; }
 
+const char* attention_kernel_name(const Tensor&, const Tensor&, const Tensor&) { return "portable"; }
+
 bool tensor_core_attention_forward(const Tensor&, const Tensor&, const Tensor&, bool, float, const Tensor&,
                                    const Tensor&) {
   return false;

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#ifdef BMT_ENABLE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/ops/attention.hpp"
@@ -22,6 +26,23 @@ using testing::random_floats;
 struct Sizes {
   std::int64_t B, H, Tq, Tk, D;
 };
+
+// The kernel family a tensor-core shape must take here: "wgmma" for a 64-wide head when the build
+// has Hopper code and runs on a Hopper device (unless BMT_ATTENTION_NO_WGMMA turns it off), else
+// "mma.sync". A build whose sm_90a code silently failed to load would run the mma.sync kernels
+// and leave the wgmma ones untested; this catches it.
+std::string expected_tensor_core_kernel(std::int64_t D) {
+#if defined(BMT_ENABLE_CUDA) && defined(BMT_TEST_EXPECT_WGMMA)
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9 &&
+      D == 64 && !std::getenv("BMT_ATTENTION_NO_WGMMA"))
+    return "wgmma";
+#else
+  (void)D;
+#endif
+  return "mma.sync";
+}
 
 struct AttentionReference {
   std::vector<double> out, dq, dk, dv;
@@ -268,6 +289,9 @@ TEST(Attention, TensorCoreShapes) {
       const Tensor vt = Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D}, dt);
 #ifdef BMT_ENABLE_CUDA
       ASSERT_TRUE(kernels::attention_uses_tensor_cores(qt, kt, vt));
+      ASSERT_EQ(std::string(kernels::attention_kernel_name(qt, kt, vt)), expected_tensor_core_kernel(s.D));
+#else
+      ASSERT_EQ(std::string(kernels::attention_kernel_name(qt, kt, vt)), "portable");
 #endif
       const auto ref = attention_reference(s, q, k, v, w, c.causal, 1.0 / std::sqrt(double(s.D)));
       const auto r = testing::forward_backward(

@@ -21,7 +21,9 @@
 // Two implementations: the portable kernel (one thread per query or key row, any dtype and head
 // size), and in the CUDA build tensor-core kernels for bf16/f16 with D = 64 or 128 and 16-byte
 // aligned rows (every row stride a multiple of 8 elements), the shapes of transformer training.
-// The entry points pick one; attention_uses_tensor_cores says which.
+// On Hopper (a build for arch 90 on a device that runs its sm_90a code) a 64-wide head takes
+// warpgroup-MMA (wgmma) kernels, other tensor-core shapes mma.sync kernels. The entry points pick
+// one; attention_uses_tensor_cores and attention_kernel_name say which.
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::kernels {
@@ -36,5 +38,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 // Whether q, k, v ([B, H, T, D] views) take the tensor-core kernels (always false in the host build).
 bool attention_uses_tensor_cores(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// The kernel family q, k, v take at a positive scale: "wgmma", "mma.sync" or "portable".
+const char* attention_kernel_name(const Tensor& q, const Tensor& k, const Tensor& v);
 
 }  // namespace bmt::kernels
