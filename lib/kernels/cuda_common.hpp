@@ -99,19 +99,68 @@ constexpr std::size_t pack_align() {
   return N * sizeof(T) < 16 ? N * sizeof(T) : 16;
 }
 
+// A pack of N elements of T as loaded: the words of one or more loads of up to 16 bytes. A row
+// kept in registers this way takes its storage size (half the registers of floats for bf16/f16).
+template <int N, class T>
+struct Raw {
+  static constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
+  using W = typename Word<kWordBytes>::type;
+  W w[kBytes / kWordBytes];
+};
+
+// r = p[0..N); p aligned to pack_align<N, T>(). N is a power of two.
+template <int N, class T>
+__device__ __forceinline__ void load_raw(const T* __restrict__ p, Raw<N, T>& r) {
+  using R = Raw<N, T>;
+#pragma unroll
+  for (int i = 0; i < R::kBytes / R::kWordBytes; ++i) r.w[i] = reinterpret_cast<const typename R::W*>(p)[i];
+}
+
+// f[k] = element k of r. A bf16 widens by moving its bits to the high half of a word, one shift
+// or mask per element taken straight from the loaded 32-bit words.
+template <int N, class T>
+__device__ __forceinline__ void unpack(const Raw<N, T>& r, float (&f)[N]) {
+  if constexpr (std::is_same_v<T, bf16_t> && N % 2 == 0) {
+    std::uint32_t u[N / 2];
+    memcpy(u, r.w, sizeof u);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);  // element 2i is the low half (little-endian)
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  } else {
+    T t[N];
+    memcpy(t, r.w, sizeof t);
+#pragma unroll
+    for (int k = 0; k < N; ++k) f[k] = to_float(t[k]);
+  }
+}
+
+// Marks r as changed, so that floats unpacked from it earlier are not kept alive in registers
+// (the compiler would otherwise reuse them, holding the row as floats) but unpacked again.
+template <int N, class T>
+__device__ __forceinline__ void refresh(Raw<N, T>& r) {
+  if constexpr (Raw<N, T>::kBytes % 4 == 0) {
+    std::uint32_t u[Raw<N, T>::kBytes / 4];
+    memcpy(u, r.w, sizeof u);
+#pragma unroll
+    for (int i = 0; i < Raw<N, T>::kBytes / 4; ++i) asm volatile("" : "+r"(u[i]));
+    memcpy(r.w, u, sizeof u);
+  } else {
+    unsigned short h;
+    memcpy(&h, r.w, sizeof h);
+    asm volatile("" : "+h"(h));
+    memcpy(r.w, &h, sizeof h);
+  }
+}
+
 // f[k] = p[k] for k < N as floats; p aligned to pack_align<N, T>(). N is a power of two.
 template <int N, class T>
 __device__ __forceinline__ void load(const T* __restrict__ p, float (&f)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
-  using W = typename Word<kWordBytes>::type;
-  W w[kBytes / kWordBytes];
-#pragma unroll
-  for (int i = 0; i < kBytes / kWordBytes; ++i) w[i] = reinterpret_cast<const W*>(p)[i];
-  T t[N];
-  memcpy(t, w, kBytes);
-#pragma unroll
-  for (int k = 0; k < N; ++k) f[k] = to_float(t[k]);
+  Raw<N, T> r;
+  load_raw(p, r);
+  unpack(r, f);
 }
 
 // p[k] = f[k] for k < N, each rounded once to T.

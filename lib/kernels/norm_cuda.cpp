@@ -1,8 +1,9 @@
 // CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of threads (one warp for rows up to 1024
-// elements, up to 512 threads for wider ones) owns a row; each thread loads its
-// share with 16-byte loads and keeps it in registers, so the statistics and the normalization read
-// x from memory once. Row sums are f32, reduced by warp shuffles (and shared memory across warps)
-// in a fixed order.
+// elements, up to 512 threads for wider ones) owns a row; each thread loads its share with 16-byte
+// loads and keeps it in registers, so the statistics and the normalization read x from memory
+// once. Forward keeps the row as loaded and widens it to f32 in each pass: a bf16 row takes half
+// the registers, so more rows are in flight. Row sums are f32, reduced by warp shuffles (and
+// shared memory across warps) in a fixed order.
 //
 // Backward does dx and the weight/bias gradients in one pass over (x, dy): each thread owns the
 // same columns in every row its team handles and accumulates dweight/dbias for them in registers;
@@ -18,14 +19,21 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kForwardValues = 32;   // floats of x a thread keeps in forward
+constexpr int kForwardValues = 32;   // elements of x a thread keeps in forward
 constexpr int kBackwardValues = 16;  // ... in backward, where x, dy and two column sums are kept
 
+// Three blocks of the widest team per multiprocessor caps a thread at 40 registers: a row of a
+// 2-byte type kept as loaded in 16-byte packs fits, and blocks of 256 threads run six to a
+// multiprocessor instead of four.
+template <class T, int kVec>
+constexpr int norm_forward_min_blocks() {
+  return sizeof(T) == 2 && kVec > 1 ? 3 : 1;
+}
+
 template <class T, int kVec, int kPacks, bool kCentered>
-__global__ void __launch_bounds__(kMaxTeamThreads) norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                                            const T* __restrict__ b, T* __restrict__ y,
-                                                            float* __restrict__ mean, float* __restrict__ rstd,
-                                                            std::int64_t rows, int C, float eps) {
+__global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kVec>())
+    norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
+                        float* __restrict__ mean, float* __restrict__ rstd, std::int64_t rows, int C, float eps) {
   __shared__ float buf[kMaxTeamsPerBlock * 32];
   const int packs = C / kVec;
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -35,18 +43,19 @@ __global__ void __launch_bounds__(kMaxTeamThreads) norm_forward_kernel(const T* 
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     const T* xr = x + (active ? r : 0) * C;
-    float v[kPacks][kVec];
+    Raw<kVec, T> v[kPacks];  // the row as loaded, widened to floats where each pass uses it
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (active && p < packs) {
-        load<kVec>(xr + p * kVec, v[k]);
+        load_raw(xr + p * kVec, v[k]);
+        float f[kVec];
+        unpack(v[k], f);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) sum += v[k][j];
+        for (int j = 0; j < kVec; ++j) sum += f[j];
       } else {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) v[k][j] = 0.0f;
+        v[k] = Raw<kVec, T>{};  // zeros
       }
     }
     float mu = 0.0f;
@@ -55,9 +64,12 @@ __global__ void __launch_bounds__(kMaxTeamThreads) norm_forward_kernel(const T* 
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       if (threadIdx.x + k * blockDim.x < packs) {
+        refresh(v[k]);
+        float f[kVec];
+        unpack(v[k], f);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const float d = v[k][j] - mu;
+          const float d = f[j] - mu;
           sq += d * d;
         }
       }
@@ -69,9 +81,11 @@ __global__ void __launch_bounds__(kMaxTeamThreads) norm_forward_kernel(const T* 
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (p >= packs) continue;
+      refresh(v[k]);
       float o[kVec];
+      unpack(v[k], o);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) o[j] = (v[k][j] - mu) * rs;
+      for (int j = 0; j < kVec; ++j) o[j] = (o[j] - mu) * rs;
       if (w) {
         float wv[kVec];
         load<kVec>(w + p * kVec, wv);
