@@ -575,13 +575,32 @@ __device__ inline void wgmma_tile_nn(Acc<1, kWgTile>& acc, const std::uint32_t (
   for (int kk = 0; kk < 4; ++kk) wgmma_rs_transposed_b<E>(acc, a[kk], tile_descriptor(b + kk * 16 * 128));
 }
 
+// The swizzle is a function of address bits 4-9, so tiles start on 1024-byte boundaries: the
+// first one at or after the start of dynamic shared memory (the launches ask for 1024 bytes more).
+__device__ inline unsigned char* first_tile(unsigned char* smem) {
+  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem)) % 1024;
+  return smem + (misalign ? 1024 - misalign : 0);
+}
+
+// The walk over the 64-key tiles that query block q0 sees, each tile's K and V rows copied into
+// kbuf / vbuf (two swizzled tiles each) while the previous tile is used: use(t, buffer).
+template <class E, class Use>
+__device__ inline void walk_kv_tiles(const Problem& p, int q0, unsigned char* kbuf, unsigned char* vbuf, Rows k, Rows v,
+                                     const E* kb, const E* vb, Use&& use) {
+  walk_tiles<true>(
+      0, key_tiles<1, kWgTile>(p, q0),
+      [&](int t, int b) {
+        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
+        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
+      },
+      use);
+}
+
 template <class E>
 __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k, Rows v, Rows o, float* lse,
                                                                  Problem p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // The swizzle is a function of address bits 4-9: tiles start on 1024-byte boundaries.
-  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
-  unsigned char* qs = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* qs = first_tile(smem_raw);
   unsigned char* kbuf = qs + kWgTileBytes;  // [2] tiles
   unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
 
@@ -596,64 +615,58 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   Acc<1, kWgTile> out, s;
   clear(out);
-  walk_tiles<true>(
-      0, key_tiles<1, kWgTile>(p, q0),
-      [&](int t, int b) {
-        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
-        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
-      },
-      [&](int t, int b) {
-        const int key0 = t * kWgTile;
-        wgmma_fence();
-        wgmma_tile_nt<E>(s, qs, kbuf + b * kWgTileBytes);
-        wgmma_commit();
-        wgmma_wait_all();
-        hold(s);
-        const bool partial = qw.partial(key0, p);  // also true for a warp that sees none of the tile
-        float tile_max[2] = {-INFINITY, -INFINITY};
+  walk_kv_tiles<E>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
+    const int key0 = t * kWgTile;
+    wgmma_fence();
+    wgmma_tile_nt<E>(s, qs, kbuf + b * kWgTileBytes);
+    wgmma_commit();
+    wgmma_wait_all();
+    hold(s);
+    const bool partial = qw.partial(key0, p);  // also true for a warp that sees none of the tile
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[0][n][e];
-            if (partial) {
-              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) x = -INFINITY;
-            }
-            s[0][n][e] = x;
-            tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-          }
-        float alpha[2], base[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          float& tm = tile_max[i];
-          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
-          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-          const float m_new = fmaxf(row_max[i], tm * p.scale_log2);
-          base[i] = m_new == -INFINITY ? 0.0f : m_new;
-          alpha[i] = row_max[i] == -INFINITY ? 0.0f : exp2_fast(row_max[i] - base[i]);
-          row_max[i] = m_new;
-          row_sum[i] *= alpha[i];
+      for (int e = 0; e < 4; ++e) {
+        float x = s[0][n][e];
+        if (partial) {
+          if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) x = -INFINITY;
         }
+        s[0][n][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+    float alpha[2], base[2];
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+    for (int i = 0; i < 2; ++i) {
+      float& tm = tile_max[i];
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+      const float m_new = fmaxf(row_max[i], tm * p.scale_log2);
+      base[i] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[i] = row_max[i] == -INFINITY ? 0.0f : exp2_fast(row_max[i] - base[i]);
+      row_max[i] = m_new;
+      row_sum[i] *= alpha[i];
+    }
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[0][n][e] = exp2_fast(fmaf(s[0][n][e], p.scale_log2, -base[e / 2]));
-            row_sum[e / 2] += s[0][n][e];
-          }
-        std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
-        pack_a<E>(pa, s);
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+      for (int e = 0; e < 4; ++e) {
+        s[0][n][e] = exp2_fast(fmaf(s[0][n][e], p.scale_log2, -base[e / 2]));
+        row_sum[e / 2] += s[0][n][e];
+      }
+    std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
+    pack_a<E>(pa, s);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
-        wgmma_fence();
-        wgmma_tile_nn<E>(out, pa, vbuf + b * kWgTileBytes);
-        wgmma_commit();
-        wgmma_wait_all();
-        hold(out);
-        hold(pa);
-      });
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
+    wgmma_fence();
+    wgmma_tile_nn<E>(out, pa, vbuf + b * kWgTileBytes);
+    wgmma_commit();
+    wgmma_wait_all();
+    hold(out);
+    hold(pa);
+  });
   float inv[2], lse2[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -682,8 +695,7 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
                                                                      const float* lse, const float* delta, Rows dk,
                                                                      Rows dv, Problem p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
-  unsigned char* ks = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* ks = first_tile(smem_raw);
   unsigned char* vs = ks + kWgTileBytes;
   unsigned char* qbuf = vs + kWgTileBytes;  // [2] tiles
   unsigned char* dobuf = qbuf + 2 * kWgTileBytes;
@@ -765,8 +777,7 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
                                                                     const float* lse, const float* delta, Rows dq,
                                                                     Problem p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const unsigned misalign = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024;
-  unsigned char* qs = smem_raw + (misalign ? 1024 - misalign : 0);
+  unsigned char* qs = first_tile(smem_raw);
   unsigned char* dos = qs + kWgTileBytes;
   unsigned char* kbuf = dos + kWgTileBytes;  // [2] tiles
   unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
@@ -789,42 +800,36 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
   copy_tile_swizzled_async<E>(dos, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
   Acc<1, kWgTile> dq_acc, s, ds;
   clear(dq_acc);
-  walk_tiles<true>(
-      0, key_tiles<1, kWgTile>(p, q0),
-      [&](int t, int b) {
-        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
-        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
-      },
-      [&](int t, int b) {
-        const int key0 = t * kWgTile;
-        const unsigned char* kt = kbuf + b * kWgTileBytes;
-        wgmma_fence();
-        wgmma_tile_nt<E>(s, qs, kt);
-        wgmma_tile_nt<E>(ds, dos, vbuf + b * kWgTileBytes);
-        wgmma_commit();
-        wgmma_wait_all();
-        hold(s);
-        hold(ds);
-        const bool partial = qw.partial(key0, p);
+  walk_kv_tiles<E>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
+    const int key0 = t * kWgTile;
+    const unsigned char* kt = kbuf + b * kWgTileBytes;
+    wgmma_fence();
+    wgmma_tile_nt<E>(s, qs, kt);
+    wgmma_tile_nt<E>(ds, dos, vbuf + b * kWgTileBytes);
+    wgmma_commit();
+    wgmma_wait_all();
+    hold(s);
+    hold(ds);
+    const bool partial = qw.partial(key0, p);
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float pr = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
-            if (partial) {
-              if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) pr = 0.0f;
-            }
-            ds[0][n][e] = pr * (ds[0][n][e] - delta_row[e / 2]);
-          }
-        std::uint32_t da[4][4];
-        pack_a<E>(da, ds);
-        wgmma_fence();
-        wgmma_tile_nn<E>(dq_acc, da, kt);
-        wgmma_commit();
-        wgmma_wait_all();
-        hold(dq_acc);
-        hold(da);
-      });
+      for (int e = 0; e < 4; ++e) {
+        float pr = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
+        if (partial) {
+          if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, 0, e), p)) pr = 0.0f;
+        }
+        ds[0][n][e] = pr * (ds[0][n][e] - delta_row[e / 2]);
+      }
+    std::uint32_t da[4][4];
+    pack_a<E>(da, ds);
+    wgmma_fence();
+    wgmma_tile_nn<E>(dq_acc, da, kt);
+    wgmma_commit();
+    wgmma_wait_all();
+    hold(dq_acc);
+    hold(da);
+  });
   store_rows<E, kWgTile, 1>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
 }
 
