@@ -12,8 +12,9 @@
 // back into the next product as its A operand without a trip through memory. Under a causal mask
 // a warp skips tiles it cannot see. Memory stays linear in T.
 //
-// On Hopper a 64-wide head's forward runs on the warpgroup MMA instead (forward_wgmma_kernel,
-// compiled for sm_90a), when the device runs that code (wgmma_available).
+// On Hopper a 64-wide head runs on the warpgroup MMA instead (forward_wgmma_kernel,
+// backward_kv_wgmma_kernel, backward_q_wgmma_kernel, compiled for sm_90a), when the device runs
+// that code (wgmma_available).
 //
 // Forward: one pass with an online softmax (running row max and sum, partial outputs rescaled
 // when the max grows), then O / sum and the logsumexp. Backward (the portable kernel's math):
