@@ -32,6 +32,8 @@ struct HeadRows {
 struct Dims {
   std::int64_t b = 0, h = 0, tq = 0, tk = 0;
   int d = 0;
+  Shape queries() const { return {b, h, tq, d}; }  // q, out, dout, dq
+  Shape keys() const { return {b, h, tk, d}; }     // k, v, dk, dv
 };
 
 template <class T>
@@ -50,6 +52,16 @@ HeadRows<T> head_rows(const Tensor& t, DType dtype, const Shape& shape, const ch
   r.st = t.strides()[2];
   return r;
 }
+
+// q, k and v as rows of their heads, each checked against the problem's shapes and q's dtype.
+template <class T>
+struct QkvRows {
+  HeadRows<const T> q, k, v;
+  QkvRows(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Dims& n, const char* op)
+      : q(head_rows<const T>(qt, qt.dtype(), n.queries(), "q", op)),
+        k(head_rows<const T>(kt, qt.dtype(), n.keys(), "k", op)),
+        v(head_rows<const T>(vt, qt.dtype(), n.keys(), "v", op)) {}
+};
 
 // sum of a[d] * b[d] in f32 with eight partial sums, so the additions do not form one dependency
 // chain (and vectorize on CPUs).
@@ -188,7 +200,7 @@ void backward_key_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, 
       });
 }
 
-Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const char* op) {
+Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, bool causal, const char* op) {
   BMT_REQUIRE(q.defined() && k.defined() && v.defined(), op << ": expected q, k and v tensors");
   BMT_REQUIRE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
               op << ": expected 4-dimensional q, k, v ([B, H, T, D]), found " << to_string(q.shape()) << ", "
@@ -204,6 +216,8 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
   BMT_REQUIRE(n.tk >= 1 || n.tq == 0, op << ": expected at least one key, found k of shape " << to_string(k.shape()));
   BMT_REQUIRE(!causal || n.tq <= n.tk, op << ": causal attention expected no more queries than keys, found Tq = "
                                           << n.tq << " and Tk = " << n.tk);
+  BMT_REQUIRE(lse.defined() && lse.dtype() == DType::f32 && lse.is_contiguous() && lse.numel() == n.b * n.h * n.tq,
+              op << ": expected a contiguous f32 lse of shape [" << n.b << ", " << n.h << ", " << n.tq << "]");
   return n;
 }
 
@@ -224,19 +238,14 @@ void with_head_dim(int d, F&& f) {
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const Tensor& out,
                        const Tensor& lse) {
   const char* op = "attention";
-  const Dims n = check_inputs(q, k, v, causal, op);
-  const Shape qs = {n.b, n.h, n.tq, n.d}, ks = {n.b, n.h, n.tk, n.d};
-  BMT_REQUIRE(lse.defined() && lse.dtype() == DType::f32 && lse.is_contiguous() && lse.numel() == n.b * n.h * n.tq,
-              op << ": expected a contiguous f32 lse of shape [" << n.b << ", " << n.h << ", " << n.tq << "]");
+  const Dims n = check_inputs(q, k, v, lse, causal, op);
   BMT_DISPATCH_FLOAT(q.dtype(), op, T, {
-    const auto qr = head_rows<const T>(q, q.dtype(), qs, "q", op);
-    const auto kr = head_rows<const T>(k, q.dtype(), ks, "k", op);
-    const auto vr = head_rows<const T>(v, q.dtype(), ks, "v", op);
-    const auto orows = head_rows<T>(out, q.dtype(), qs, "out", op);
+    const QkvRows<T> in(q, k, v, n, op);
+    const auto orows = head_rows<T>(out, q.dtype(), n.queries(), "out", op);
     if (q.numel() == 0) return;
     if (tensor_core_attention_forward(q, k, v, causal, scale, out, lse)) return;
     with_head_dim(n.d, [&](auto dim) {
-      forward_rows<T, decltype(dim)::value>(n, qr, kr, vr, orows, lse.data_as<float>(), causal, scale);
+      forward_rows<T, decltype(dim)::value>(n, in.q, in.k, in.v, orows, lse.data_as<float>(), causal, scale);
     });
   });
 }
@@ -245,29 +254,24 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, bool causal, float scale, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) {
   const char* op = "attention_backward";
-  const Dims n = check_inputs(q, k, v, causal, op);
-  const Shape qs = {n.b, n.h, n.tq, n.d}, ks = {n.b, n.h, n.tk, n.d};
-  BMT_REQUIRE(lse.defined() && lse.dtype() == DType::f32 && lse.is_contiguous() && lse.numel() == n.b * n.h * n.tq,
-              op << ": expected a contiguous f32 lse of shape [" << n.b << ", " << n.h << ", " << n.tq << "]");
+  const Dims n = check_inputs(q, k, v, lse, causal, op);
   BMT_DISPATCH_FLOAT(q.dtype(), op, T, {
-    const auto qr = head_rows<const T>(q, q.dtype(), qs, "q", op);
-    const auto kr = head_rows<const T>(k, q.dtype(), ks, "k", op);
-    const auto vr = head_rows<const T>(v, q.dtype(), ks, "v", op);
-    const auto orows = head_rows<const T>(out, q.dtype(), qs, "out", op);
-    const auto dorows = head_rows<const T>(dout, q.dtype(), qs, "dout", op);
-    const auto dqr = head_rows<T>(dq, q.dtype(), qs, "dq", op);
-    const auto dkr = head_rows<T>(dk, q.dtype(), ks, "dk", op);
-    const auto dvr = head_rows<T>(dv, q.dtype(), ks, "dv", op);
+    const QkvRows<T> in(q, k, v, n, op);
+    const auto orows = head_rows<const T>(out, q.dtype(), n.queries(), "out", op);
+    const auto dorows = head_rows<const T>(dout, q.dtype(), n.queries(), "dout", op);
+    const auto dqr = head_rows<T>(dq, q.dtype(), n.queries(), "dq", op);
+    const auto dkr = head_rows<T>(dk, q.dtype(), n.keys(), "dk", op);
+    const auto dvr = head_rows<T>(dv, q.dtype(), n.keys(), "dv", op);
     if (n.b * n.h == 0 || n.d == 0) return;
     if (tensor_core_attention_backward(q, k, v, out, dout, lse, causal, scale, dq, dk, dv)) return;
     Tensor delta = Tensor::empty({n.b, n.h, n.tq}, DType::f32);
     with_head_dim(n.d, [&](auto dim) {
       constexpr int kD = decltype(dim)::value;
       if (n.tq > 0)
-        backward_query_rows<T, kD>(n, qr, kr, vr, orows, dorows, lse.data_as<float>(), delta.data_as<float>(), dqr,
-                                   causal, scale);
-      backward_key_rows<T, kD>(n, qr, kr, vr, dorows, lse.data_as<float>(), delta.data_as<float>(), dkr, dvr, causal,
-                               scale);
+        backward_query_rows<T, kD>(n, in.q, in.k, in.v, orows, dorows, lse.data_as<float>(), delta.data_as<float>(),
+                                   dqr, causal, scale);
+      backward_key_rows<T, kD>(n, in.q, in.k, in.v, dorows, lse.data_as<float>(), delta.data_as<float>(), dkr, dvr,
+                               causal, scale);
     });
   });
 }
