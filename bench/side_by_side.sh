@@ -8,6 +8,8 @@
 # each system's median over the rounds and every round's value, since one run of either can be
 # off by 10% on these machines. Both run at the GPU's power limit most of the time: the clock
 # column says how far that pulled the clock down.
+# RECOMPUTE=0 runs both without activation recomputation (bmt-train --no-checkpointing, FSDP2
+# --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 set -euo pipefail
 bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l)}; steps=${5:-20}; rounds=${6:-1}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +17,11 @@ out=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0
 seq=1024
 warmup=5
+if [ "${RECOMPUTE:-1}" = 0 ]; then
+  mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
+else
+  mode="per-block recompute"; fsdp2_flags=(); bmt_flags=()
+fi
 
 # Runs "$@" while sampling GPU 0's SM clock (MHz) and power (W) every 250 ms into $1.smi.
 sampled() {
@@ -27,17 +34,18 @@ sampled() {
 }
 run_fsdp2() {
   sampled "fsdp2.$1" python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/fsdp2_gpt.py" \
-    --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" > "$out/fsdp2.$1.json" 2> "$out/fsdp2.$1.log"
+    --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" "${fsdp2_flags[@]}" \
+    > "$out/fsdp2.$1.json" 2> "$out/fsdp2.$1.log"
   [ -s "$out/fsdp2.$1.json" ] || { echo "FSDP2 run $1 failed:"; tail -20 "$out/fsdp2.$1.log"; }
 }
 run_bmt() {
   sampled "bmt.$1" mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" "$bmt" \
     --no-progress --model "$model" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" --steps $((steps + warmup)) \
-    --warmup 2 --log-every 5 --metrics "$out/bmt.$1.jsonl" > "$out/bmt.$1.log" 2>&1
+    --warmup 2 --log-every 5 --metrics "$out/bmt.$1.jsonl" "${bmt_flags[@]}" > "$out/bmt.$1.log" 2>&1
   [ -s "$out/bmt.$1.jsonl" ] || { echo "bmt-train run $1 failed:"; tail -20 "$out/bmt.$1.log"; }
 }
 
-echo "# side-by-side: $model, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, per-block recompute, $rounds round(s); $(date -u +%FT%TZ)"
+echo "# side-by-side: $model, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, $mode, $rounds round(s); $(date -u +%FT%TZ)"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then run_fsdp2 "$r"; run_bmt "$r"; else run_bmt "$r"; run_fsdp2 "$r"; fi
 done

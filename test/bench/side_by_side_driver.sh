@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/side_by_side.sh end to end with stand-ins for nvidia-smi, mpirun and torch.distributed.run
+# (each records its arguments and writes a made-up run): the flags each system gets with and
+# without RECOMPUTE=0, the header's mode, rounds alternating which system goes first, and a table.
+set -euo pipefail
+real_python=$(command -v python3) || { echo "python3 not found: skipped"; exit 77; }
+driver="$(cd "$(dirname "$0")/../../bench" && pwd)/side_by_side.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; echo "$out"; exit 1; }
+mkdir -p "$work/bin"
+
+cat > "$work/bin/nvidia-smi" <<'STUB'
+#!/usr/bin/env bash
+if [ "${1:-}" = -L ]; then echo "GPU 0: stand-in"; exit 0; fi
+echo "1800, 600"
+exec sleep 30  # sampling until the driver stops it
+STUB
+cat > "$work/bin/mpirun" <<'STUB'
+#!/usr/bin/env bash
+echo "bmt $*" >> "$STAND_IN_LOG"
+while [ $# -gt 0 ]; do [ "$1" = --metrics ] && metrics=$2; shift; done
+for step in 1 2 3 4 5 6 7 8; do echo '{"tokens_per_s": 40000, "mfu": 0.3, "mem_peak_bytes": 10737418240}'; done > "$metrics"
+STUB
+cat > "$work/bin/python3" <<STUB
+#!/usr/bin/env bash
+if [ "\${1:-}" = -m ] && [ "\${2:-}" = torch.distributed.run ]; then
+  echo "fsdp2 \$*" >> "\$STAND_IN_LOG"
+  echo '{"tokens_per_s_per_gpu": 32000, "mfu": 0.25, "peak_mem_gib": 20.0}'
+  exit 0
+fi
+exec "$real_python" "\$@"
+STUB
+chmod +x "$work/bin"/*
+export PATH="$work/bin:$PATH" STAND_IN_LOG="$work/calls"
+
+out=$(OUT="$work/out1" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 2)
+echo "$out" | grep -q '^# side-by-side: gpt2-124m, seq 1024, batch 4 per GPU, 1 GPU(s), bf16, per-block recompute, 2 round(s)' ||
+  fail "header with recompute"
+echo "$out" | grep -Eq '^bmt-train +40000 ' || fail "bmt-train row"
+echo "$out" | grep -Eq '^pytorch-fsdp2 +32000 ' || fail "fsdp2 row"
+echo "$out" | grep -q '^ratio bmt/fsdp2: tokens/s 1.25x' || fail "ratio"
+order=$(cut -d' ' -f1 "$work/calls" | tr '\n' ' ')
+[ "$order" = "fsdp2 bmt bmt fsdp2 " ] || fail "round order: $order"
+grep -q -- '--no-checkpoint' "$work/calls" && fail "no-checkpoint flags without RECOMPUTE=0: $(cat "$work/calls")"
+grep '^bmt ' "$work/calls" | grep -q -- '--batch 4 .*--steps 8 ' || fail "bmt-train's batch and steps: $(cat "$work/calls")"
+
+: > "$work/calls"
+out=$(RECOMPUTE=0 OUT="$work/out2" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+echo "$out" | grep -q ', bf16, no recompute, 1 round(s)' || fail "header without recompute"
+grep '^bmt ' "$work/calls" | grep -q -- ' --no-checkpointing' || fail "bmt-train without --no-checkpointing: $(cat "$work/calls")"
+grep '^fsdp2 ' "$work/calls" | grep -q -- ' --no-checkpoint$' || fail "FSDP2 without --no-checkpoint: $(cat "$work/calls")"
+echo "side_by_side_driver: ok"
