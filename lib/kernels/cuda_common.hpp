@@ -166,9 +166,7 @@ __device__ __forceinline__ void load(const T* __restrict__ p, float (&f)[N]) {
 // p[k] = f[k] for k < N, each rounded once to T.
 template <int N, class T>
 __device__ __forceinline__ void store(T* __restrict__ p, const float (&f)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  constexpr int kWordBytes = kBytes < 16 ? kBytes : 16;
-  using W = typename Word<kWordBytes>::type;
+  using R = Raw<N, T>;
   T t[N];
   if constexpr (std::is_same_v<T, bf16_t> && N % 2 == 0) {
 #pragma unroll
@@ -180,10 +178,10 @@ __device__ __forceinline__ void store(T* __restrict__ p, const float (&f)[N]) {
 #pragma unroll
     for (int k = 0; k < N; ++k) t[k] = from_float<T>(f[k]);
   }
-  W w[kBytes / kWordBytes];
-  memcpy(w, t, kBytes);
+  R r;
+  memcpy(r.w, t, R::kBytes);
 #pragma unroll
-  for (int i = 0; i < kBytes / kWordBytes; ++i) reinterpret_cast<W*>(p)[i] = w[i];
+  for (int i = 0; i < R::kBytes / R::kWordBytes; ++i) reinterpret_cast<typename R::W*>(p)[i] = r.w[i];
 }
 
 // Elements per 16-byte load of T.
