@@ -304,6 +304,8 @@ Tensor Tensor::as_strided(const Shape& new_shape, const Shape& new_strides, std:
   BMT_REQUIRE(new_shape.size() == new_strides.size(),
               "Tensor::as_strided: expected one stride per dimension, found shape "
                   << bmt::to_string(new_shape) << " and strides " << bmt::to_string(new_strides));
+  for (const std::int64_t n : new_shape)
+    BMT_REQUIRE(n >= 0, "Tensor::as_strided: expected non-negative sizes, found shape " << bmt::to_string(new_shape));
   std::size_t end = offset;  // one past the last element
   if (numel_of(new_shape) > 0) {
     for (std::size_t d = 0; d < new_shape.size(); ++d) {

@@ -143,6 +143,8 @@ TEST(Shape, AsStridedViewsTheStorageWithinItsBounds) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("one stride per dimension")));
   EXPECT_THAT([&] { x.as_strided({2}, {-1}, 5); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-negative strides")));
+  EXPECT_THAT([&] { x.as_strided({-2, 3}, {3, 1}, 0); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("non-negative sizes, found shape [-2, 3]")));
 }
 
 // Gradients that lie side by side in one buffer, as split would cut it, join without a copy;
