@@ -125,43 +125,58 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) aw[k][j] = ab[k][j] = 0.0f;
 
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
-       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+  // A team's rows come `stride` apart. Each thread keeps its packs of x and dy as loaded, and
+  // starts loading the next row's before working on this one, so that two rows' loads are in
+  // flight through the row reductions and their barriers.
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
+  Raw<kVec, T> next_x[kPacks] = {}, next_dy[kPacks] = {};
+  float next_mu = 0.0f, next_rs = 0.0f;
+  auto fetch = [&](std::int64_t r) {
+    if (r >= rows) return;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (p < packs) {
+        load_raw(x + r * C + p * kVec, next_x[k]);
+        load_raw(dy + r * C + p * kVec, next_dy[k]);
+      }
+    }
+    if (kCentered) next_mu = mean[r];
+    next_rs = rstd[r];
+  };
+  std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
+  fetch(base + threadIdx.y);
+  for (; base < rows; base += stride) {
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     const std::int64_t off = (active ? r : 0) * C;
-    const float mu = kCentered && active ? mean[r] : 0.0f;
-    const float rs = active ? rstd[r] : 0.0f;
-    float xh[kPacks][kVec], g[kPacks][kVec];
+    Raw<kVec, T> xr[kPacks], dyr[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      xr[k] = next_x[k];
+      dyr[k] = next_dy[k];
+    }
+    const float mu = next_mu, rs = next_rs;
+    fetch(r + stride);
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (active && p < packs) {
-        float d[kVec];
-        load<kVec>(x + off + p * kVec, xh[k]);
-        load<kVec>(dy + off + p * kVec, d);
+        float xh[kVec], d[kVec];
+        unpack(xr[k], xh);
+        unpack(dyr[k], d);
+        float wv[kVec];
+        if (w) load<kVec>(w + p * kVec, wv);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          xh[k][j] = (xh[k][j] - mu) * rs;
-          aw[k][j] += d[j] * xh[k][j];
+          xh[j] = (xh[j] - mu) * rs;
+          aw[k][j] += d[j] * xh[j];
           ab[k][j] += d[j];
-          g[k][j] = d[j];
+          const float g = w ? d[j] * wv[j] : d[j];
+          sum_g += g;
+          sum_gx += g * xh[j];
         }
-        if (w) {
-          float wv[kVec];
-          load<kVec>(w + p * kVec, wv);
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) g[k][j] *= wv[j];
-        }
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          sum_g += g[k][j];
-          sum_gx += g[k][j] * xh[k][j];
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) xh[k][j] = g[k][j] = 0.0f;
       }
     }
     if (!dx) continue;  // uniform: a kernel argument
@@ -172,9 +187,20 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (p >= packs) continue;
+      refresh(xr[k]);  // formed again from the packs rather than kept as floats through the reductions
+      refresh(dyr[k]);
+      float xh[kVec], g[kVec];
+      unpack(xr[k], xh);
+      unpack(dyr[k], g);
+      if (w) {
+        float wv[kVec];
+        load<kVec>(w + p * kVec, wv);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) g[j] *= wv[j];
+      }
       float o[kVec];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) o[j] = rs * (g[k][j] - mean_g - xh[k][j] * mean_gx);
+      for (int j = 0; j < kVec; ++j) o[j] = rs * (g[j] - mean_g - (xh[j] - mu) * rs * mean_gx);
       store<kVec>(dx + off + p * kVec, o);
     }
   }
