@@ -34,6 +34,29 @@ void check_param(const Tensor& p, const Tensor& x, std::int64_t cols, const char
                                         << " (the input's), found " << dtype_name(p.dtype()));
 }
 
+// dweight/dbias: written in x's dtype, or (accumulate) added into buffers of x's dtype or f32, both
+// of one dtype.
+void check_param_grads(const Tensor& dweight, const Tensor& dbias, const Tensor& x, std::int64_t cols,
+                       bool accumulate, const char* op) {
+  for (const Tensor* p : {&dweight, &dbias}) {
+    if (!p->defined()) continue;
+    const char* what = p == &dweight ? "weight gradient" : "bias gradient";
+    BMT_REQUIRE(p->dim() == 1 && p->size(0) == cols,
+                op << ": expected " << what << " of shape [" << cols << "], found " << to_string(p->shape()));
+    if (accumulate)
+      BMT_REQUIRE(p->dtype() == x.dtype() || p->dtype() == DType::f32,
+                  op << ": expected " << what << " to add into in " << dtype_name(x.dtype())
+                     << " (the input's) or f32, found " << dtype_name(p->dtype()));
+    else
+      BMT_REQUIRE(p->dtype() == x.dtype(), op << ": expected " << what << " of dtype " << dtype_name(x.dtype())
+                                              << " (the input's), found " << dtype_name(p->dtype()));
+  }
+  if (dweight.defined() && dbias.defined())
+    BMT_REQUIRE(dweight.dtype() == dbias.dtype(), op << ": expected the weight and bias gradients in one dtype, found "
+                                                     << dtype_name(dweight.dtype()) << " and "
+                                                     << dtype_name(dbias.dtype()));
+}
+
 template <class T>
 const T* data_or_null(const Tensor& t, const char* op) {
   return t.defined() ? view1<T>(t, op).data() : nullptr;
@@ -129,10 +152,29 @@ std::int64_t column_chunks(std::int64_t rows) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>({rows, concurrency / 256, 1024}));
 }
 
-// dweight = sum over rows of dy * xhat, dbias = sum over rows of dy, in f32.
+// dweight[j] (+)= sum over chunks of pw[chunk, j], likewise dbias from pb; O is T or f32.
+template <class O>
+void finish_column_sums(const float* pw, const float* pb, std::int64_t chunks, std::int64_t C, const Tensor& dweight,
+                        const Tensor& dbias, bool accumulate, const char* op) {
+  O* dwp = dweight.defined() ? view1<O>(dweight, op).data() : nullptr;
+  O* dbp = dbias.defined() ? view1<O>(dbias, op).data() : nullptr;
+  Kokkos::parallel_for(
+      op, Kokkos::RangePolicy<ExecSpace>(space(), 0, C), KOKKOS_LAMBDA(std::int64_t j) {
+        float sw = 0.0f, sb = 0.0f;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          sw += pw[c * C + j];
+          sb += pb[c * C + j];
+        }
+        if (dwp) dwp[j] = from_f32<O>(sw + (accumulate ? to_f32(dwp[j]) : 0.0f));
+        if (dbp) dbp[j] = from_f32<O>(sb + (accumulate ? to_f32(dbp[j]) : 0.0f));
+      });
+}
+
+// dweight = sum over rows of dy * xhat, dbias = sum over rows of dy, in f32 (added to them when
+// accumulating).
 template <class T, bool kCentered>
 void norm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& dweight, const Tensor& dbias, const char* op) {
+                          const Tensor& dweight, const Tensor& dbias, bool accumulate, const char* op) {
   if (!dweight.defined() && !dbias.defined()) return;
   const RowShape s = row_shape(x, op);
   const std::int64_t C = s.cols;
@@ -178,18 +220,9 @@ void norm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& mean,
                 [&](std::int64_t j, float v) { ab[j] = v; });
         }
       });
-  T* dwp = want_w ? view1<T>(dweight, op).data() : nullptr;
-  T* dbp = want_b ? view1<T>(dbias, op).data() : nullptr;
-  Kokkos::parallel_for(
-      op, Kokkos::RangePolicy<ExecSpace>(space(), 0, C), KOKKOS_LAMBDA(std::int64_t j) {
-        float sw = 0.0f, sb = 0.0f;
-        for (std::int64_t c = 0; c < chunks; ++c) {
-          sw += pw[c * C + j];
-          sb += pb[c * C + j];
-        }
-        if (dwp) dwp[j] = from_f32<T>(sw);
-        if (dbp) dbp[j] = from_f32<T>(sb);
-      });
+  const DType out = (want_w ? dweight : dbias).dtype();
+  if (out == DType::f32) finish_column_sums<float>(pw, pb, chunks, C, dweight, dbias, accumulate, op);
+  else finish_column_sums<T>(pw, pb, chunks, C, dweight, dbias, accumulate, op);
 }
 
 void check_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
@@ -205,13 +238,12 @@ void check_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 }
 
 void check_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& dx, const Tensor& dweight,
-                    const Tensor& dbias, const char* op) {
+                    const Tensor& dbias, bool accumulate, const char* op) {
   const RowShape s = row_shape(x, op);
   check_same_shape(dy, x, op);
   check_dtype(dy, x.dtype(), op);
   check_param(weight, x, s.cols, "weight", op);
-  check_param(dweight, x, s.cols, "weight gradient", op);
-  check_param(dbias, x, s.cols, "bias gradient", op);
+  check_param_grads(dweight, dbias, x, s.cols, accumulate, op);
   if (dx.defined()) {
     check_same_shape(dx, x, op);
     check_dtype(dx, x.dtype(), op);
@@ -231,18 +263,19 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         bool accumulate) {
   const char* op = "layer_norm_backward";
-  check_backward(dy, x, weight, dx, dweight, dbias, op);
+  check_backward(dy, x, weight, dx, dweight, dbias, accumulate, op);
   if (x.numel() == 0) {
-    if (dweight.defined()) dweight.zero_();
-    if (dbias.defined()) dbias.zero_();
+    if (dweight.defined() && !accumulate) dweight.zero_();
+    if (dbias.defined() && !accumulate) dbias.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias)) return;
+  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, op);
-    norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, op);
+    norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, accumulate, op);
   });
 }
 
@@ -255,17 +288,17 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dweight) {
+                       const Tensor& dweight, bool accumulate) {
   const char* op = "rms_norm_backward";
-  check_backward(dy, x, weight, dx, dweight, Tensor(), op);
+  check_backward(dy, x, weight, dx, dweight, Tensor(), accumulate, op);
   if (x.numel() == 0) {
-    if (dweight.defined()) dweight.zero_();
+    if (dweight.defined() && !accumulate) dweight.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor())) return;
+  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor(), accumulate)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, op);
-    norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), op);
+    norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), accumulate, op);
   });
 }
 

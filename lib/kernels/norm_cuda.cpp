@@ -241,14 +241,15 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   }
 }
 
-// dw[c] = sum over parts of part_w[part][c], in part order; likewise db. A block takes 32 columns;
-// its 16 thread rows each add a fixed slice of the parts, and the slices are added in order.
+// dw[c] = sum over parts of part_w[part][c], in part order; likewise db; with `accumulate` the sums
+// are added to dw and db (O is x's dtype or f32). A block takes 32 columns; its 16 thread rows each
+// add a fixed slice of the parts, and the slices are added in order.
 constexpr int kSlices = 16;
 
-template <class T>
+template <class O>
 __global__ void __launch_bounds__(32 * kSlices)
     column_sum_kernel(const float* __restrict__ part_w, const float* __restrict__ part_b, int parts, int C,
-                      T* __restrict__ dw, T* __restrict__ db) {
+                      O* __restrict__ dw, O* __restrict__ db, bool accumulate) {
   __shared__ float sw[kSlices][33], sb[kSlices][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int per = (parts + kSlices - 1) / kSlices;
@@ -268,8 +269,16 @@ __global__ void __launch_bounds__(32 * kSlices)
     a += sw[s][threadIdx.x];
     b += sb[s][threadIdx.x];
   }
-  if (dw) dw[c] = from_float<T>(a);
-  if (db) db[c] = from_float<T>(b);
+  if (dw) dw[c] = from_float<O>(accumulate ? a + to_float(dw[c]) : a);
+  if (db) db[c] = from_float<O>(accumulate ? b + to_float(db[c]) : b);
+}
+
+template <class O>
+void launch_column_sums(const float* part_w, const float* part_b, int parts, int C, const Tensor& dweight,
+                        const Tensor& dbias, bool accumulate) {
+  column_sum_kernel<O><<<(C + 31) / 32, dim3(32, kSlices), 0, stream()>>>(
+      part_w, part_b, parts, C, mut_ptr_or_null<O>(dweight), mut_ptr_or_null<O>(dbias), accumulate);
+  check_launch();
 }
 
 template <class T, int kVec, bool kCentered>
@@ -290,7 +299,7 @@ bool forward_launch(const Tensor& x, const Tensor& weight, const Tensor& bias, f
 template <class T, int kVec, bool kCentered>
 bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                     std::int64_t rows, int C) {
+                     bool accumulate, std::int64_t rows, int C) {
   return launch_row<kBackwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
     constexpr int kPacks = decltype(packs)::value;
     auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
@@ -312,9 +321,10 @@ bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, co
         mut_ptr_or_null<T>(dx), pw, pb, rows, C);
     check_launch();
     if (want_columns) {
-      column_sum_kernel<T><<<(C + 31) / 32, dim3(32, kSlices), 0, stream()>>>(
-          pw, pb, blocks, C, mut_ptr_or_null<T>(dweight), mut_ptr_or_null<T>(dbias));
-      check_launch();
+      if ((dweight.defined() ? dweight : dbias).dtype() == DType::f32)
+        launch_column_sums<float>(pw, pb, blocks, C, dweight, dbias, accumulate);
+      else
+        launch_column_sums<T>(pw, pb, blocks, C, dweight, dbias, accumulate);
     }
     return true;
   });
@@ -331,11 +341,12 @@ bool forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, fl
 
 template <class T, bool kCentered>
 bool backward_typed(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias, std::int64_t rows, int C) {
+                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate, std::int64_t rows,
+                    int C) {
   constexpr int kVec = vec_of<T>();
   if (C % kVec == 0 && aligned_or_absent({&dy, &x, &weight, &dx}))
-    return backward_launch<T, kVec, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, C);
-  return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, C);
+    return backward_launch<T, kVec, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows, C);
+  return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows, C);
 }
 
 // x as `rows` rows of C elements, when the statistics are f32 (mean absent for RMSNorm) and the
@@ -365,7 +376,7 @@ bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 }
 
 bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate) {
   if (!available() || !contiguous_or_absent({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) return false;
   std::int64_t rows = 0, C = 0;
   if (!rows_of_norm(x, mean, rstd, rows, C)) return false;
@@ -373,8 +384,10 @@ bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   bool done = false;
   BMT_DISPATCH_FLOAT(x.dtype(), "norm_backward", T, {
     done = centered
-               ? backward_typed<T, true>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, static_cast<int>(C))
-               : backward_typed<T, false>(dy, x, weight, mean, rstd, dx, dweight, dbias, rows, static_cast<int>(C));
+               ? backward_typed<T, true>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows,
+                                         static_cast<int>(C))
+               : backward_typed<T, false>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows,
+                                          static_cast<int>(C));
   });
   return done;
 }

@@ -40,9 +40,9 @@ struct Split3 {
 constexpr std::int64_t kParallelColumns = 1 << 18;
 constexpr std::int64_t kChunkRows = 128;
 
-// out[o, i] = scale * sum_j x[o, j, i] (out in f32 or T).
+// out[o, i] = scale * sum_j x[o, j, i] (out in f32 or T); with `accumulate`, out[o, i] += that.
 template <class T, class O>
-void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
+void sum_middle_kernel(O* out, const T* x, Split3 s, float scale, bool accumulate = false) {
   const std::int64_t n = s.n, inner = s.inner;
   if (inner == 1) {
     // Rows: one team per row, threads share its elements.
@@ -53,7 +53,9 @@ void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
                            Kokkos::parallel_reduce(
                                Kokkos::TeamThreadRange(team, n),
                                [&](std::int64_t j, float& acc) { acc += to_f32(x[r * n + j]); }, total);
-                           Kokkos::single(Kokkos::PerTeam(team), [&]() { out[r] = from_f32<O>(scale * total); });
+                           Kokkos::single(Kokkos::PerTeam(team), [&]() {
+                             out[r] = from_f32<O>(scale * total + (accumulate ? to_f32(out[r]) : 0.0f));
+                           });
                          });
     return;
   }
@@ -70,7 +72,7 @@ void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
       const T* base = x + o * n * inner + i;
       float acc = 0.0f;
       for (std::int64_t j = 0; j < n; ++j) acc += to_f32(base[j * inner]);
-      out[idx] = from_f32<O>(scale * acc);
+      out[idx] = from_f32<O>(scale * acc + (accumulate ? to_f32(out[idx]) : 0.0f));
     });
     return;
   }
@@ -88,7 +90,7 @@ void sum_middle_kernel(O* out, const T* x, Split3 s, float scale) {
   Kokkos::parallel_for("bmt::sum_column_partials", flat_range(cols), KOKKOS_LAMBDA(std::int64_t col) {
     float acc = 0.0f;
     for (std::int64_t c = 0; c < chunks; ++c) acc += p[c * cols + col];
-    out[col] = from_f32<O>(scale * acc);
+    out[col] = from_f32<O>(scale * acc + (accumulate ? to_f32(out[col]) : 0.0f));
   });
 }
 
@@ -208,6 +210,23 @@ Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim, float scale) {
     sum_middle_kernel<T, T>(out.data_as<T>(), view1<T>(x, "sum").data(), s, scale);
   });
   return out;
+}
+
+void add_column_sums(const Tensor& x, const Tensor& out) {
+  const char* op = "add_column_sums";
+  BMT_REQUIRE(x.dim() == 2, op << ": expected x of shape [rows, cols], found " << to_string(x.shape()));
+  BMT_REQUIRE(out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
+                  (out.dtype() == x.dtype() || out.dtype() == DType::f32),
+              op << ": expected a contiguous [" << x.size(1) << "] output in f32"
+                 << (x.dtype() == DType::f32 ? "" : std::string(" or ") + dtype_name(x.dtype())) << ", found "
+                 << to_string(out.shape()) << " in " << dtype_name(out.dtype()));
+  if (x.numel() == 0) return;
+  const Split3 s(x.shape(), 0);
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
+    const T* px = view1<T>(x, op).data();
+    if (out.dtype() == DType::f32) sum_middle_kernel<T, float>(out.data_as<float>(), px, s, 1.0f, true);
+    else sum_middle_kernel<T, T>(out.data_as<T>(), px, s, 1.0f, true);
+  });
 }
 
 Tensor expand_dim(const Tensor& reduced, const Shape& shape, std::int64_t dim, float scale) {

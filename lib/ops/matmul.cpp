@@ -214,7 +214,14 @@ class Linear final : public autograd::Function {
       else
         dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
     }
-    if (needs_input_grad(2)) db = kernels::sum_dim(g.view({dy.rows, w_.rows}), 0, false);
+    if (needs_input_grad(2)) {
+      // Likewise the bias: its column sums added into its gradient buffer, in f32 when that is.
+      const Tensor rows = g.view({dy.rows, w_.rows});
+      const Tensor target = leaf_gradient(2);
+      if (target.defined() && (target.dtype() == g.dtype() || target.dtype() == DType::f32))
+        kernels::add_column_sums(rows, target);
+      else db = kernels::sum_dim(rows, 0, false);
+    }
     return {dx, dw, db};
   }
   void release_saved() override { x_ = w_ = MatrixBatch(); }

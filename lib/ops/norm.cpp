@@ -15,6 +15,37 @@ Shape row_stats_shape(const Tensor& x) {
   return s;
 }
 
+// The weight and bias gradients of a norm (inputs 1 and 2 of fn). Inside a ZeRO block both
+// parameters already have f32 gradient buffers: when every wanted one has a buffer, of one dtype,
+// the kernel adds its column sums there (`accumulate`) and the graph gets no gradient for them.
+// Otherwise they are new tensors of x's dtype, returned to the graph.
+struct ParamGradients {
+  Tensor weight, bias;
+  bool accumulate = false;
+};
+
+ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bool want_weight, bool want_bias) {
+  ParamGradients p;
+  const Tensor w = want_weight ? fn.leaf_gradient(1) : Tensor();
+  const Tensor b = want_bias ? fn.leaf_gradient(2) : Tensor();
+  const Tensor& first = want_weight ? w : b;
+  const bool addable = first.defined() && (first.dtype() == x.dtype() || first.dtype() == DType::f32);
+  auto has_buffer = [&](const Tensor& t, bool wanted) { return !wanted || (t.defined() && t.dtype() == first.dtype()); };
+  if (addable && has_buffer(w, want_weight) && has_buffer(b, want_bias)) {
+    p.weight = w;
+    p.bias = b;
+    p.accumulate = true;
+    return p;
+  }
+  const Shape cols{x.size(-1)};
+  if (want_weight) p.weight = Tensor::empty(cols, x.dtype());
+  if (want_bias) p.bias = Tensor::empty(cols, x.dtype());
+  return p;
+}
+
+// The gradient the graph gets for a parameter: none when the kernel added it into the buffer.
+Tensor returned(const Tensor& grad, const ParamGradients& p) { return p.accumulate ? Tensor() : grad; }
+
 // Inputs: x, weight, bias (weight and bias may be undefined).
 class LayerNormFn final : public autograd::Function {
  public:
@@ -37,10 +68,10 @@ class LayerNormFn final : public autograd::Function {
     if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
     const Tensor dy = upstream_grad(g[0], x_, name());
     Tensor dx = needs_input_grad(0) ? Tensor::empty(x_.shape(), x_.dtype()) : Tensor();
-    Tensor dw = weight_.defined() && needs_input_grad(1) ? Tensor::empty(weight_.shape(), x_.dtype()) : Tensor();
-    Tensor db = has_bias_ && needs_input_grad(2) ? Tensor::empty({x_.size(-1)}, x_.dtype()) : Tensor();
-    kernels::layer_norm_backward(dy, x_, weight_, mean_, rstd_, dx, dw, db);
-    return {dx, dw, db};
+    const ParamGradients p =
+        param_gradients(*this, x_, weight_.defined() && needs_input_grad(1), has_bias_ && needs_input_grad(2));
+    kernels::layer_norm_backward(dy, x_, weight_, mean_, rstd_, dx, p.weight, p.bias, p.accumulate);
+    return {dx, returned(p.weight, p), returned(p.bias, p)};
   }
 
   void release_saved() override { x_ = weight_ = mean_ = rstd_ = Tensor(); }
@@ -71,9 +102,9 @@ class RmsNormFn final : public autograd::Function {
     if (!g[0].defined()) return {Tensor(), Tensor()};
     const Tensor dy = upstream_grad(g[0], x_, name());
     Tensor dx = needs_input_grad(0) ? Tensor::empty(x_.shape(), x_.dtype()) : Tensor();
-    Tensor dw = weight_.defined() && needs_input_grad(1) ? Tensor::empty(weight_.shape(), x_.dtype()) : Tensor();
-    kernels::rms_norm_backward(dy, x_, weight_, rstd_, dx, dw);
-    return {dx, dw};
+    const ParamGradients p = param_gradients(*this, x_, weight_.defined() && needs_input_grad(1), false);
+    kernels::rms_norm_backward(dy, x_, weight_, rstd_, dx, p.weight, p.accumulate);
+    return {dx, returned(p.weight, p)};
   }
 
   void release_saved() override { x_ = weight_ = rstd_ = Tensor(); }

@@ -97,10 +97,14 @@ NormRef norm_ref(const std::vector<float>& x, const std::vector<float>& w, const
   return r;
 }
 
+// add_into_f32: the parameter gradients are added into f32 buffers holding earlier values (a
+// ZeRO block's gradient buffer), and must come out as those values plus the sums, never rounded
+// to x's dtype on the way.
 void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, bool affine, std::int64_t offset,
-              bool want_dx, std::uint32_t seed) {
+              bool want_dx, std::uint32_t seed, bool add_into_f32 = false) {
   const std::string what = std::string(centered ? "layer_norm " : "rms_norm ") + describe(rows, C, offset) +
-                           (affine ? "" : " no affine") + (want_dx ? "" : " no dx");
+                           (affine ? "" : " no affine") + (want_dx ? "" : " no dx") +
+                           (add_into_f32 ? " added into f32" : "");
   // An offset mean checks that the variance is not E[x^2] - E[x]^2.
   const auto xv = rounded_to(random_floats(rows * C, seed, 1.0f, 3.0f), dt);
   const auto wv = affine ? rounded_to(random_floats(C, seed + 1, 0.5f, 1.5f), dt) : std::vector<float>();
@@ -110,19 +114,30 @@ void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, bool a
   const Tensor w = affine ? make(wv, {C}, dt) : Tensor(), b = bv.empty() ? Tensor() : make(bv, {C}, dt);
   const Tensor y = make_empty({rows, C}, dt, offset), dx = want_dx ? make_empty({rows, C}, dt, offset) : Tensor();
   const Tensor mean = centered ? Tensor::empty({rows}) : Tensor(), rstd = Tensor::empty({rows});
-  const Tensor dw = affine ? Tensor::empty({C}, dt) : Tensor(), db = bv.empty() ? Tensor() : Tensor::empty({C}, dt);
+  const auto earlier_w = random_floats(C, seed + 4), earlier_b = random_floats(C, seed + 5);
+  auto param_grad = [&](bool wanted, const std::vector<float>& earlier) {
+    if (!wanted) return Tensor();
+    return add_into_f32 ? Tensor::from_floats(earlier, {C}) : Tensor::empty({C}, dt);
+  };
+  const Tensor dw = param_grad(affine, earlier_w), db = param_grad(!bv.empty(), earlier_b);
   if (centered) {
     kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
-    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, add_into_f32);
   } else {
     kernels::rms_norm_forward(x, w, 1e-5f, y, rstd);
-    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw);
+    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw, add_into_f32);
   }
-  const NormRef ref = norm_ref(xv, wv, bv, gv, C, 1e-5, centered);
+  NormRef ref = norm_ref(xv, wv, bv, gv, C, 1e-5, centered);
+  if (add_into_f32)
+    for (std::int64_t j = 0; j < C; ++j) {
+      ref.dw[j] += earlier_w[j];
+      ref.db[j] += earlier_b[j];
+    }
   check(y, ref.y, dt, what + " y");
   if (want_dx) check(dx, ref.dx, dt, what + " dx");
-  if (dw.defined()) check(dw, ref.dw, dt, what + " dweight");
-  if (db.defined()) check(db, ref.db, dt, what + " dbias");
+  const DType param_dt = add_into_f32 ? DType::f32 : dt;
+  if (dw.defined()) check(dw, ref.dw, param_dt, what + " dweight");
+  if (db.defined()) check(db, ref.db, param_dt, what + " dbias");
 }
 
 TEST(KernelPaths, NormsAtEveryRowWidth) {
@@ -144,6 +159,16 @@ TEST(KernelPaths, NormsWithoutAffineOffsetOrDx) {
       run_norm(centered, 70, 768, dt, true, 0, false, seed++);  // parameter gradients only
       run_norm(centered, 1, 1600, dt, true, 0, true, seed++);   // a single row
       run_norm(centered, 3000, 64, dt, true, 0, true, seed++);  // many rows: many blocks' column sums
+    }
+}
+
+TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
+  std::uint32_t seed = 150;
+  for (DType dt : kDtypes)
+    for (bool centered : {true, false}) {
+      // One warp a row, element-wise loads, the portable backward.
+      for (std::int64_t C : {1600, 100, 12000}) run_norm(centered, 37, C, dt, true, 0, true, seed++, true);
+      run_norm(centered, 3000, 64, dt, true, 0, false, seed++, true);  // many blocks' column sums
     }
 }
 

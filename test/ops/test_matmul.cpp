@@ -198,6 +198,36 @@ TEST(Linear, Bf16WeightGradientAccumulatesIntoF32Buffer) {
   expect_near_all(w.grad().to_host_floats(), expected, 1e-5, 1e-5, "f32 weight gradient");
 }
 
+// The bias likewise: its column sums added into its f32 gradient buffer in place, with no [n]
+// gradient of its own; without a buffer it gets one, in its dtype. Both equal G0 + sum of dy's rows.
+TEST(Linear, BiasGradientAccumulatesIntoAnExistingF32Buffer) {
+  const std::int64_t m = 300, k = 8, n = 8;  // enough rows for the column sums' row chunks
+  const Tensor x = random_tensor({m, k}, 70, -1, 1, DType::bf16), dy = random_tensor({m, n}, 71, -1, 1, DType::bf16);
+  const Tensor w = random_tensor({n, k}, 72, -1, 1, DType::bf16);
+  const auto g0 = random_floats(n, 73);
+  const auto dyv = dy.to_host_floats();
+  std::vector<double> sums(n, 0.0);
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t c = 0; c < n; ++c) sums[c] += dyv[r * n + c];
+  for (bool existing : {true, false}) {
+    SCOPED_TRACE(existing ? "existing f32 buffer" : "no buffer");
+    Tensor b = random_tensor({n}, 74, -1, 1, DType::bf16).set_requires_grad(true);
+    if (existing) b.set_grad(Tensor::from_floats(g0, {n}, DType::f32));
+    const void* before = existing ? b.grad().data() : nullptr;
+    linear(x, w, b).backward(dy);
+    std::vector<double> expected = sums;
+    if (existing) {
+      for (std::int64_t c = 0; c < n; ++c) expected[c] += g0[c];
+      EXPECT_EQ(b.grad().dtype(), DType::f32);
+      EXPECT_EQ(b.grad().data(), before) << "accumulated in place";
+      expect_near_all(b.grad().to_host_floats(), expected, 1e-4, 1e-5, "f32 bias gradient");
+    } else {
+      EXPECT_EQ(b.grad().dtype(), DType::bf16);
+      expect_near_all(b.grad().to_host_floats(), expected, 1e-3, testing::roundoff(DType::bf16), "bf16 bias gradient");
+    }
+  }
+}
+
 // bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
 // against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
 TEST(Matmul, HalfPrecisionMatchesF32Path) {

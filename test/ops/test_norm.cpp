@@ -8,6 +8,7 @@
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "gradcheck.hpp"
+#include "host_reference.hpp"
 #include "reference_check.hpp"
 
 namespace bmt {
@@ -112,6 +113,62 @@ TEST(LayerNorm, WeightGradientsReduceOverManyRows) {
     }
   expect_close(r.grads[1], dw, 1e-4, 1e-4, "dweight");
   expect_close(r.grads[2], db, 1e-4, 1e-4, "dbias");
+}
+
+// Parameters with f32 gradient buffers (as inside a ZeRO block) get their column sums added there
+// in place, never rounded to bf16; when only the weight has one, the backward falls back to new
+// bf16 gradients, and the weight's is then added into its buffer by the graph.
+TEST(Norms, ParameterGradientsAddIntoExistingF32Buffers) {
+  const std::int64_t rows = 300, C = 24;
+  const Tensor x = random_tensor({rows, C}, 34, -2.0f, 2.0f, DType::bf16);
+  const Tensor dy = random_tensor({rows, C}, 35, -1.0f, 1.0f, DType::bf16);
+  const auto g0w = random_floats(C, 36), g0b = random_floats(C, 37);
+  const auto xv = x.to_host_floats(), dyv = dy.to_host_floats();
+  for (bool centered : {true, false}) {
+    const auto xhat = norm_reference(xv, C, {}, {}, 1e-5, centered).y;
+    std::vector<double> dw(g0w.begin(), g0w.end()), db(g0b.begin(), g0b.end());
+    for (std::int64_t i = 0; i < rows * C; ++i) {
+      dw[i % C] += dyv[i] * xhat[i];
+      db[i % C] += dyv[i];
+    }
+    for (bool bias_buffer : {true, false}) {
+      if (!centered && !bias_buffer) continue;
+      const std::string what = std::string(centered ? "layer_norm" : "rms_norm") +
+                               (bias_buffer ? "" : ", bias without a buffer");
+      Tensor w = random_tensor({C}, 38, 0.5f, 1.5f, DType::bf16).set_requires_grad(true);
+      Tensor b = random_tensor({C}, 39, -1.0f, 1.0f, DType::bf16).set_requires_grad(true);
+      w.set_grad(Tensor::from_floats(g0w, {C}, DType::f32));
+      if (bias_buffer) b.set_grad(Tensor::from_floats(g0b, {C}, DType::f32));
+      const void* w_before = w.grad().data();
+      (centered ? layer_norm(x, w, b) : rms_norm(x, w)).backward(dy);
+      EXPECT_EQ(w.grad().dtype(), DType::f32) << what;
+      EXPECT_EQ(w.grad().data(), w_before) << what << ": weight gradient in place";
+      // Added in f32: within f32 noise (a bf16 rounding of these sums, of size ~10, would be ~0.04
+      // off); through a bf16 gradient: within one bf16 rounding of sums below 32.
+      const double atol = bias_buffer ? 1e-4 : 32 * testing::roundoff(DType::bf16);
+      const double rtol = bias_buffer ? 1e-4 : testing::roundoff(DType::bf16);
+      expect_close(w.grad().to_host_floats(), dw, atol, rtol, what + " dweight");
+      if (!centered) continue;
+      if (bias_buffer) {
+        expect_close(b.grad().to_host_floats(), db, 1e-4, 1e-4, what + " dbias");
+      } else {
+        EXPECT_EQ(b.grad().dtype(), DType::bf16) << what;
+        std::vector<double> fresh = db;
+        for (std::int64_t j = 0; j < C; ++j) fresh[j] -= g0b[j];
+        expect_close(b.grad().to_host_floats(), fresh, atol, rtol, what + " dbias");
+      }
+    }
+  }
+  // The kernel refuses a buffer of a third dtype, and writes (without accumulate) only x's dtype.
+  const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}, DType::f16),
+                                            Tensor(), true),
+               Error);
+  EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}), Tensor()),
+               Error);
+  EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}),
+                                            Tensor::zeros({C}, DType::bf16), true),
+               Error);
 }
 
 TEST(RmsNorm, ForwardMatchesFloat64Reference) {

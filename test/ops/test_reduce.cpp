@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "gradcheck.hpp"
@@ -107,6 +108,39 @@ TEST(Reduce, SixteenBitDataAccumulatesInF32) {
     EXPECT_EQ(sum(full({4096, 2}, 1.0f, dt), 0).to_host_floats(), (std::vector<float>{4096.0f, 4096.0f}));
     EXPECT_FLOAT_EQ(mean(full({4096}, 0.5f, dt)).to_host_floats()[0], 0.5f);
   }
+}
+
+// A bias gradient added straight into a gradient buffer: earlier values plus the column sums, for
+// short columns (one thread each) and long ones (row chunks), into f32 from 16-bit data without a
+// 16-bit rounding, and into a buffer of the data's own dtype.
+TEST(Reduce, AddColumnSumsIntoAGradientBuffer) {
+  std::uint32_t seed = 40;
+  for (const Shape& shape : std::vector<Shape>{{5, 3}, {4099, 17}, {300, 1}})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const std::int64_t rows = shape[0], cols = shape[1];
+      const Tensor x = Tensor::from_floats(random_floats(static_cast<std::size_t>(rows * cols), seed++), shape, dt);
+      const auto xv = x.to_host_floats();
+      const auto earlier = random_floats(static_cast<std::size_t>(cols), seed++);
+      std::vector<double> ref(earlier.begin(), earlier.end());
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) ref[c] += xv[r * cols + c];
+      const std::string what = std::string(dtype_name(dt)) + " " + to_string(shape);
+      Tensor into_f32 = Tensor::from_floats(earlier, {cols});
+      kernels::add_column_sums(x, into_f32);
+      expect_near_all(into_f32.to_host_floats(), ref, 1e-4, 1e-5, what + " into f32");
+      Tensor into_own = Tensor::from_floats(earlier, {cols}, dt);
+      const auto own_earlier = into_own.to_host_floats();
+      std::vector<double> own_ref(own_earlier.begin(), own_earlier.end());
+      for (std::int64_t c = 0; c < cols; ++c) own_ref[c] += ref[c] - earlier[c];
+      kernels::add_column_sums(x, into_own);
+      expect_near_all(into_own.to_host_floats(), own_ref, 1e-4, testing::roundoff(dt), what + " into " + dtype_name(dt));
+    }
+  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({4})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a contiguous [3] output")));
+  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({3}, DType::bf16)); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("output in f32, found [3] in bf16")));
+  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({12}), Tensor::zeros({12})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected x of shape [rows, cols], found [12]")));
 }
 
 TEST(Reduce, Gradients) {

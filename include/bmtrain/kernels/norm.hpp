@@ -5,6 +5,8 @@
 //
 // x, y, dy, dx: contiguous [rows, C] (any leading shape), all of one floating dtype.
 // weight, bias, dweight, dbias: contiguous [C] of x's dtype; undefined where absent/not wanted.
+// With `accumulate`, backward adds its sums into dweight/dbias instead of writing them, and they
+// may then be f32 whatever x's dtype (both of one dtype): a gradient buffer filled in place.
 // mean, rstd: f32 [rows], written by forward and read by backward. Statistics, and the reductions
 // of dweight/dbias over rows, are computed in f32 whatever the storage dtype.
 #include "bmtrain/tensor/tensor.hpp"
@@ -15,11 +17,12 @@ namespace bmt::kernels {
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         bool accumulate = false);
 
 // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y, const Tensor& rstd);
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                       const Tensor& dx, const Tensor& dweight);
+                       const Tensor& dx, const Tensor& dweight, bool accumulate = false);
 
 }  // namespace bmt::kernels
