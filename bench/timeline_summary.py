@@ -2,13 +2,16 @@
 """Where a training step's compute time goes, from a bmt::timeline trace recorded with op detail
 (bmt-train --timeline trace.json --timeline-ops, or BMT_TIMELINE_OPS=1).
 
-    bench/timeline_summary.py trace.rank0.json [--skip 1]
+    bench/timeline_summary.py trace.rank0.json [--skip 1] [--gaps]
 
 Per phase of the compute stream (forward, recompute, backward, optimizer step), it prints the
 milliseconds per step spent in each op, and the time inside the phase's spans that no op covers
 (host gaps, and kernels queued outside any op). Op spans nested inside another op span (an op
 called from an op's forward or backward) count toward the outer one only. The first --skip steps
-(warm-up) are left out.
+(warm-up) are left out. --gaps splits each phase's uncovered time by where it falls: before a
+block's first op, before which later op (from the previous op's end to that op's start), or after
+its last op. A gap between two ops of a backward holds the autograd engine's own kernels (the sum
+of two gradients of one tensor, as at a residual connection).
 """
 import argparse
 import json
@@ -32,7 +35,21 @@ def contains(outer, inner, tol=1.0):
     return inner["ts"] + tol >= outer["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"] + tol
 
 
-def summarize(spans, skip):
+def outermost(members):
+    # Sorted by start (longest first on ties): a span inside the last outermost one is nested.
+    last = None
+    for op in members:
+        if last is not None and contains(last, op):
+            continue
+        last = op
+        yield op
+
+
+def op_name(op):
+    return op["name"].split(" ", 2)[-1]
+
+
+def summarize(spans, skip, gaps):
     steps = [s for s in spans if s["cat"] == "step"]
     if len(steps) <= skip:
         sys.exit(f"timeline_summary: expected more than {skip} step spans, found {len(steps)} "
@@ -50,15 +67,12 @@ def summarize(spans, skip):
     phase_total = defaultdict(float)
     phase_covered = defaultdict(float)
 
+    gap_at = defaultdict(float)  # (phase, where) -> us
+    gap_count = defaultdict(int)
+
     def add(phase, members):
-        # Outermost spans only: sorted by start (longest first on ties), a span inside the last
-        # outermost one is nested.
-        last = None
-        for op in members:
-            if last is not None and contains(last, op):
-                continue
-            last = op
-            name = op["name"].split(" ", 2)[-1]
+        for op in outermost(members):
+            name = op_name(op)
             per_op[(phase, name)] += op["dur"]
             calls[(phase, name)] += 1
             if phase in PHASES:
@@ -70,6 +84,17 @@ def summarize(spans, skip):
         members = [op for op in ops if contains(p, op)]
         placed.update(id(op) for op in members)
         add(p["cat"], members)
+        cursor = p["ts"]
+        for i, op in enumerate(outermost(members)):
+            if op["ts"] > cursor:
+                where = "before the first op" if i == 0 else "before " + op_name(op)
+                gap_at[(p["cat"], where)] += op["ts"] - cursor
+                gap_count[(p["cat"], where)] += 1
+            cursor = max(cursor, op["ts"] + op["dur"])
+        end = p["ts"] + p["dur"]
+        if end > cursor:
+            gap_at[(p["cat"], "after the last op")] += end - cursor
+            gap_count[(p["cat"], "after the last op")] += 1
     # Ops outside every phase, except those that hold phases (the block list's own op).
     add("outside blocks", [op for op in ops if id(op) not in placed and not any(contains(op, p) for p in phases)])
 
@@ -88,14 +113,21 @@ def summarize(spans, skip):
         if phase in PHASES and phase_total[phase] > 0:
             gap = (phase_total[phase] - phase_covered[phase]) / n / 1000.0
             print(f"{'':<16}{'(not in any op)':<28}{gap:>10.2f}{'':>12}{100 * gap / step_ms:>7.1f}%")
+            if gaps:
+                where = sorted(((v, k[1]) for k, v in gap_at.items() if k[0] == phase), reverse=True)
+                for us, name in where[:8]:
+                    ms = us / n / 1000.0
+                    count = gap_count[(phase, name)] / n
+                    print(f"{'':<18}{'gap ' + name:<26}{ms:>10.2f}{count:>12.1f}{100 * ms / step_ms:>7.1f}%")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", help="one rank's trace (trace.rank0.json)")
     ap.add_argument("--skip", type=int, default=1, help="warm-up steps to leave out (default 1)")
+    ap.add_argument("--gaps", action="store_true", help="split each phase's time in no op by where it falls")
     args = ap.parse_args()
-    summarize(load(args.trace), args.skip)
+    summarize(load(args.trace), args.skip, args.gaps)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ if command -v python3 >/dev/null; then
   for row in "^forward .*(all)" "^ *linear " "^backward .*(all)" "^ *Attention " "(not in any op)"; do
     echo "$summary" | grep -q -- "$row" || fail "timeline summary lacks a row matching '$row': $summary"
   done
+  gaps=$(python3 "$(dirname "$0")/../../bench/timeline_summary.py" "$work/trace.rank0.json" --skip 1 --gaps) \
+    || fail "timeline_summary.py --gaps failed: $gaps"
+  echo "$gaps" | grep -Eq -- "^ +gap (before [A-Za-z]|after the last op)" || fail "no gap rows with --gaps: $gaps"
 fi
 
 # Resume: 8 steps straight vs 4 + resume 4, same world size (bit-identical) and another one.
