@@ -10,6 +10,8 @@
 # column says how far that pulled the clock down.
 # RECOMPUTE=0 runs both without activation recomputation (bmt-train --no-checkpointing, FSDP2
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
+# GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
+# timed on first use; PyTorch keeps cuBLAS's heuristic choice), and the header says so.
 set -euo pipefail
 bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l)}; steps=${5:-20}; rounds=${6:-1}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +23,10 @@ if [ "${RECOMPUTE:-1}" = 0 ]; then
   mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
 else
   mode="per-block recompute"; fsdp2_flags=(); bmt_flags=()
+fi
+bmt_env=()
+if [ "${GEMM_AUTOTUNE:-0}" = 1 ]; then
+  mode="$mode, bmt-train GEMMs autotuned"; bmt_env=(-x BMT_GEMM_AUTOTUNE=1)
 fi
 
 # Runs "$@" while sampling GPU 0's SM clock (MHz) and power (W) every 250 ms into $1.smi.
@@ -39,7 +45,7 @@ run_fsdp2() {
   [ -s "$out/fsdp2.$1.json" ] || { echo "FSDP2 run $1 failed:"; tail -20 "$out/fsdp2.$1.log"; }
 }
 run_bmt() {
-  sampled "bmt.$1" mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" "$bmt" \
+  sampled "bmt.$1" mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "${bmt_env[@]}" -np "$gpus" "$bmt" \
     --no-progress --model "$model" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" --steps $((steps + warmup)) \
     --warmup 2 --log-every 5 --metrics "$out/bmt.$1.jsonl" "${bmt_flags[@]}" > "$out/bmt.$1.log" 2>&1
   [ -s "$out/bmt.$1.jsonl" ] || { echo "bmt-train run $1 failed:"; tail -20 "$out/bmt.$1.log"; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh end to end with stand-ins for nvidia-smi, mpirun and torch.distributed.run
 # (each records its arguments and writes a made-up run): the flags each system gets with and
-# without RECOMPUTE=0, the header's mode, rounds alternating which system goes first, and a table.
+# without RECOMPUTE=0 and GEMM_AUTOTUNE=1, the header's mode, rounds alternating which system goes
+# first, and a table.
 set -euo pipefail
 real_python=$(command -v python3) || { echo "python3 not found: skipped"; exit 77; }
 driver="$(cd "$(dirname "$0")/../../bench" && pwd)/side_by_side.sh"
@@ -50,4 +51,11 @@ out=$(RECOMPUTE=0 OUT="$work/out2" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3
 echo "$out" | grep -q ', bf16, no recompute, 1 round(s)' || fail "header without recompute"
 grep '^bmt ' "$work/calls" | grep -q -- ' --no-checkpointing' || fail "bmt-train without --no-checkpointing: $(cat "$work/calls")"
 grep '^fsdp2 ' "$work/calls" | grep -q -- ' --no-checkpoint$' || fail "FSDP2 without --no-checkpoint: $(cat "$work/calls")"
+grep -q 'BMT_GEMM_AUTOTUNE' "$work/calls" && fail "GEMM autotune without GEMM_AUTOTUNE=1: $(cat "$work/calls")"
+
+: > "$work/calls"
+out=$(GEMM_AUTOTUNE=1 OUT="$work/out3" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+echo "$out" | grep -q ', bf16, per-block recompute, bmt-train GEMMs autotuned, 1 round(s)' || fail "header with autotune"
+grep '^bmt ' "$work/calls" | grep -q -- '-x BMT_GEMM_AUTOTUNE=1 -np 1 ' || fail "bmt-train without BMT_GEMM_AUTOTUNE=1: $(cat "$work/calls")"
+grep '^fsdp2 ' "$work/calls" | grep -q 'AUTOTUNE' && fail "FSDP2 given the autotune switch: $(cat "$work/calls")"
 echo "side_by_side_driver: ok"

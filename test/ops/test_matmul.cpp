@@ -230,6 +230,48 @@ TEST(Linear, BiasGradientAccumulatesIntoAnExistingF32Buffer) {
 
 // bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
 // against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
+// Problems large enough that BMT_GEMM_AUTOTUNE=1 (the ops_test_matmul_autotune run of this file
+// on a CUDA build) times several kernels on their first call: the forward (bias epilogue), dx,
+// and dW added into an f32 buffer, twice, at sampled elements against float64. Trial runs that
+// added into the real buffer would leave G0 + more than two dW there.
+TEST(Linear, LargeProblemsAtSampledElements) {
+  const std::int64_t m = 1024, k = 1024, n = 1536;
+  const Tensor x = random_tensor({m, k}, 80, -1, 1, DType::bf16), dy = random_tensor({m, n}, 81, -1, 1, DType::bf16);
+  Tensor w = random_tensor({n, k}, 82, -1, 1, DType::bf16).set_requires_grad(true);
+  const Tensor b = random_tensor({n}, 83, -1, 1, DType::bf16);
+  Tensor xg = x.detach();
+  xg.set_requires_grad(true);
+  const auto g0 = random_floats(n * k, 84);
+  w.set_grad(Tensor::from_floats(g0, {n, k}, DType::f32));
+  const auto xv = x.to_host_floats(), dyv = dy.to_host_floats(), wv = w.to_host_floats(), bv = b.to_host_floats();
+  std::vector<std::pair<std::int64_t, std::int64_t>> samples;
+  std::uint32_t state = 85;
+  auto next = [&](std::int64_t bound) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<std::int64_t>(state >> 8) % bound;
+  };
+  for (int i = 0; i < 256; ++i) samples.push_back({next(1 << 20), next(1 << 20)});
+  // Elements within a few bf16 roundings of outputs whose size is about sqrt(k) = 32.
+  const double atol = 32 * 4 * testing::roundoff(DType::bf16), rtol = 4 * testing::roundoff(DType::bf16);
+  for (int pass = 1; pass <= 2; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    xg.set_grad(Tensor());
+    const Tensor y = linear(xg, w, b);
+    y.backward(dy);
+    const auto yv = y.to_host_floats(), dxv = xg.grad().to_host_floats(), dwv = w.grad().to_host_floats();
+    for (const auto& [r0, c0] : samples) {
+      const std::int64_t i = r0 % m, j = c0 % n, kk = c0 % k;
+      double yr = bv[j], dxr = 0, dwr = g0[j * k + kk];
+      for (std::int64_t t = 0; t < k; ++t) yr += double(xv[i * k + t]) * wv[j * k + t];
+      for (std::int64_t t = 0; t < n; ++t) dxr += double(dyv[i * n + t]) * wv[t * k + kk];
+      for (std::int64_t t = 0; t < m; ++t) dwr += pass * double(dyv[t * n + j]) * xv[t * k + kk];
+      EXPECT_NEAR(yv[i * n + j], yr, atol + rtol * std::abs(yr)) << "y[" << i << ", " << j << "]";
+      EXPECT_NEAR(dxv[i * k + kk], dxr, atol + rtol * std::abs(dxr)) << "dx[" << i << ", " << kk << "]";
+      EXPECT_NEAR(dwv[j * k + kk], dwr, 1e-3 + 1e-5 * std::abs(dwr)) << "dW[" << j << ", " << kk << "] (f32)";
+    }
+  }
+}
+
 TEST(Matmul, HalfPrecisionMatchesF32Path) {
   const std::int64_t m = 9, k = 129, n = 17;
   for (DType dt : {DType::bf16, DType::f16}) {
