@@ -107,9 +107,13 @@ def summarize(spans, skip, gaps):
         if phase in PHASES and phase_total[phase] > 0:
             total = phase_total[phase] / n / 1000.0
             print(f"{phase:<16}{'(all)':<28}{total:>10.2f}{'':>12}{100 * total / step_ms:>7.1f}%")
+        # Phases with spans of their own are labelled on their "(all)" row; the ops outside them on
+        # their first row.
+        label = "" if phase in PHASES else phase
         for us, name in rows:
             ms = us / n / 1000.0
-            print(f"{'':<16}{name:<28}{ms:>10.2f}{calls[(phase, name)] / n:>12.1f}{100 * ms / step_ms:>7.1f}%")
+            print(f"{label:<16}{name:<28}{ms:>10.2f}{calls[(phase, name)] / n:>12.1f}{100 * ms / step_ms:>7.1f}%")
+            label = ""
         if phase in PHASES and phase_total[phase] > 0:
             gap = (phase_total[phase] - phase_covered[phase]) / n / 1000.0
             print(f"{'':<16}{'(not in any op)':<28}{gap:>10.2f}{'':>12}{100 * gap / step_ms:>7.1f}%")
