@@ -451,12 +451,15 @@ template <class E>
 __device__ inline void copy_tile_swizzled_async(unsigned char* tile, const E* base, long long st, int row0,
                                                 int rows) {
   const int chunk = threadIdx.x % 8, r0 = threadIdx.x / 8;  // 128 threads: 16 rows of 8 chunks per pass
+  // One 64-bit multiply a call, each pass 16 rows further: a multiply per pass, under the select
+  // below, was not strength-reduced, and these copies run for every tile.
+  const E* src = base + static_cast<long long>(row0 + r0) * st + chunk * 8;
+  const long long pass_stride = 16 * st;
 #pragma unroll
-  for (int pass = 0; pass < kWgTile / 16; ++pass) {
+  for (int pass = 0; pass < kWgTile / 16; ++pass, src += pass_stride) {
     const int r = r0 + 16 * pass;
     const bool valid = row0 + r < rows;
-    copy16_async(tile + r * 128 + ((chunk ^ (r % 8)) << 4),
-                 valid ? base + static_cast<long long>(row0 + r) * st + chunk * 8 : base, valid);
+    copy16_async(tile + r * 128 + ((chunk ^ (r % 8)) << 4), valid ? src : base, valid);
   }
 }
 
