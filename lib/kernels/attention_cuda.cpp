@@ -135,6 +135,11 @@ __device__ inline void copy16_async(void* dst, const void* src, bool valid) {
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
 }
+// The same for 4 bytes (cp.async.ca: .cg takes 16 only).
+__device__ inline void copy4_async(void* dst, const void* src, bool valid) {
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
+}
 __device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed copy groups are still in flight.
 template <int N>
@@ -703,7 +708,7 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
   unsigned char* vs = ks + kWgTileBytes;
   unsigned char* qbuf = vs + kWgTileBytes;  // [2] tiles
   unsigned char* dobuf = qbuf + 2 * kWgTileBytes;
-  float* lse_buf = reinterpret_cast<float*>(dobuf + 2 * kWgTileBytes);  // [2][64], log2 units
+  float* lse_buf = reinterpret_cast<float*>(dobuf + 2 * kWgTileBytes);  // [2][64]
   float* delta_buf = lse_buf + 2 * kWgTile;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -722,12 +727,14 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
         const int q0 = t * kWgTile;
         copy_tile_swizzled_async<E>(qbuf + b * kWgTileBytes, qb, q.st, q0, p.tq);
         copy_tile_swizzled_async<E>(dobuf + b * kWgTileBytes, dob, dout.st, q0, p.tq);
-        for (int c = threadIdx.x; c < kWgTile; c += kThreads) {
-          const int i = q0 + c;
-          const long long at = static_cast<long long>(bh) * p.tq + i;
-          lse_buf[b * kWgTile + c] = i < p.tq ? lse[at] * kLog2e : INFINITY;
-          delta_buf[b * kWgTile + c] = i < p.tq ? delta[at] : 0.0f;
-        }
+        // The tile's lse (thread c) and delta (thread 64 + c) travel with it instead of through
+        // registers, whose load would hold the warp before the barrier. A query past the end
+        // reads 0; the mask below hides it.
+        static_assert(kThreads == 2 * kWgTile, "one thread per lse or delta element");
+        const int c = threadIdx.x % kWgTile, i = q0 + c;
+        const bool is_lse = threadIdx.x < kWgTile;
+        copy4_async((is_lse ? lse_buf : delta_buf) + b * kWgTile + c,
+                    (is_lse ? lse : delta) + static_cast<long long>(bh) * p.tq + min(i, p.tq - 1), i < p.tq);
       },
       [&](int t, int b) {
         const int q0 = t * kWgTile;
@@ -749,7 +756,7 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = acc_col(lane, n, e);
-            float pr = exp2_fast(pt[0][n][e] * p.scale_log2 - lse_s[c]);
+            float pr = exp2_fast(pt[0][n][e] * p.scale_log2 - lse_s[c] * kLog2e);
             if (partial) {
               const int i = q0 + c, key = w0 + acc_row(lane, 0, e);
               if (i >= p.tq || hidden(key, i, p)) pr = 0.0f;
