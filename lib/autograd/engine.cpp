@@ -1,5 +1,6 @@
 // The backward pass: a topological walk from the roots that sums the gradients reaching each node
 // output, calls the node once all its consumers are done, and releases it right after.
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -97,7 +98,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     in.resize(static_cast<std::size_t>(std::max(n->num_outputs, 1)));
     std::vector<Tensor> out;
     {
-      OpSpan span("op backward", *n);
+      // A node that no gradient reached has no work (a parameter whose op added its gradient
+      // into the buffer itself): no span, or its two timing events would pass for work.
+      const bool reached = std::any_of(in.begin(), in.end(), [](const Tensor& g) { return g.defined(); });
+      OpSpan span("op backward", *n, reached);
       out = n->apply(in);
     }
     in.clear();

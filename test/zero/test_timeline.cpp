@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bmtrain/ops/ops.hpp"
 #include "bmtrain/optim/adamw.hpp"
 #include "bmtrain/optim/lr_scheduler.hpp"
 #include "bmtrain/optim/optim_manager.hpp"
@@ -249,6 +250,31 @@ TEST(Timeline, FinalizeWroteEveryRanksTrace) {
             << name << " missing from rank " << r << "'s trace";
       }
   }
+}
+
+// A node that no gradient reaches does no work and gets no span: here the weight's AccumulateGrad,
+// since linear adds dW into the weight's existing gradient buffer itself.
+TEST(Timeline, NodesWithoutWorkHaveNoOpSpan) {
+  bmt::timeline::reset();
+  const std::string path = shared_prefix() + "_idle.json";
+  bmt::timeline::enable(path, bmt::timeline::Detail::ops);
+  bmt::Tensor w = bmt::Tensor::from_floats({1, 2, 3, 4, 5, 6}, {2, 3}).set_requires_grad(true);
+  w.set_grad(bmt::Tensor::zeros({2, 3}));
+  bmt::Tensor b = bmt::Tensor::from_floats({1, 2}, {2}).set_requires_grad(true);  // no buffer yet
+  const bmt::Tensor x = bmt::Tensor::from_floats({1, 0, 2, 1, 1, 1}, {2, 3});
+  bmt::sum(bmt::linear(x, w, b)).backward();
+  bmt::timeline::write();
+  bmt::timeline::reset();
+  bmt::synchronize();
+  EXPECT_EQ(w.grad().to_host_floats(), (std::vector<float>{2, 1, 3, 2, 1, 3})) << "dW = sum of x's rows, per output";
+  EXPECT_EQ(b.grad().to_host_floats(), (std::vector<float>{2, 2}));
+
+  std::map<std::string, int> count;
+  for (const auto& s : read_trace(bmt::timeline::rank_path(path, bmt::rank()), bmt::rank(), nullptr)) ++count[s.name];
+  EXPECT_EQ(count["op backward linear"], 1);
+  EXPECT_EQ(count["op backward AccumulateGrad"], 1) << "the bias's only: the weight's received nothing";
+  bmt::synchronize();
+  std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
 }
 
 TEST(Timeline, SpansBeyondTheCapAreCountedNotKept) {
