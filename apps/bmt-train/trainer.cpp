@@ -7,6 +7,7 @@
 #include <bmtrain/io/token_dataset.hpp>
 #include <bmtrain/io/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
+#include <bmtrain/kernels/gemm.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
 #include <bmtrain/runtime/timeline.hpp>
 #include <bmtrain/tensor/memory.hpp>
@@ -331,7 +332,7 @@ int train(const TrainOptions& o) {
                   ctx.topology().node_count > 1 ? "s" : "", ", ", ctx.world_comm().backend(), ")  dtype ",
                   bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
                   o.checkpointing ? "  recompute on" : "  recompute off", "  prefetch ", o.prefetch,
-                  o.offload ? "  optimizer offloaded" : "");
+                  o.offload ? "  optimizer offloaded" : "", bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", local,
                   " sequences/rank, ", accumulation, " micro-batch", accumulation > 1 ? "es" : "", " of ", micro, ")");
   bmt::print_rank("| data ", o.data, data.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(data.entropy_rate) + ")" : std::string(),

@@ -34,14 +34,6 @@ constexpr int kTuneCandidates = 8;
 constexpr int kTuneRepeats = 3;              // timed calls per candidate, after one untimed
 constexpr double kTuneMinFlops = 1 << 30;    // smaller problems keep the heuristic's choice
 
-bool autotune_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("BMT_GEMM_AUTOTUNE");
-    return v && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 std::size_t dtype_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 cudaDataType_t cuda_type(DType t) {
@@ -247,7 +239,7 @@ class LtSession {
     for (int i = 0; i < 4; ++i)
       BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]));
     const double flops = 2.0 * static_cast<double>(key.m) * key.n * key.k * key.batch;
-    const bool tune = autotune_enabled() && flops >= kTuneMinFlops;
+    const bool tune = gemm_autotune() && flops >= kTuneMinFlops;
     cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
     int found = 0;
     BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
@@ -291,6 +283,14 @@ LtSession& session() {
 void gemm(const GemmParams& p) {
   check_gemm(p);
   session().run(p);
+}
+
+bool gemm_autotune() {
+  static const bool on = [] {
+    const char* v = std::getenv("BMT_GEMM_AUTOTUNE");
+    return v && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 }  // namespace bmt::kernels

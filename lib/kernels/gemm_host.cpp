@@ -90,4 +90,6 @@ void gemm(const GemmParams& p) {
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
 }
 
+bool gemm_autotune() { return false; }  // OpenBLAS has no candidates to choose from
+
 }  // namespace bmt::kernels

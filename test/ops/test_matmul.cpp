@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/gemm.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/tensor/allocator.hpp"
@@ -270,6 +274,19 @@ TEST(Linear, LargeProblemsAtSampledElements) {
       EXPECT_NEAR(dwv[j * k + kk], dwr, 1e-3 + 1e-5 * std::abs(dwr)) << "dW[" << j << ", " << kk << "] (f32)";
     }
   }
+}
+
+// The switch the autotuning follows (and bmt-train's banner reports): the environment on a CUDA
+// build, never on the host build.
+TEST(Gemm, AutotuneFollowsTheEnvironmentOnCuda) {
+  const char* v = std::getenv("BMT_GEMM_AUTOTUNE");
+  const bool asked = v && *v && std::string(v) != "0";
+#ifdef BMT_ENABLE_CUDA
+  EXPECT_EQ(kernels::gemm_autotune(), asked);
+#else
+  (void)asked;
+  EXPECT_FALSE(kernels::gemm_autotune());
+#endif
 }
 
 TEST(Matmul, HalfPrecisionMatchesF32Path) {

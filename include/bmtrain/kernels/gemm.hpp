@@ -38,4 +38,8 @@ struct GemmParams {
 
 void gemm(const GemmParams& p);
 
+// Whether GEMMs pick their kernels by timing cuBLASLt's candidates (BMT_GEMM_AUTOTUNE=1 on a CUDA
+// build; docs/CUDA.md) rather than taking its heuristic's first. Always false on the host build.
+bool gemm_autotune();
+
 }  // namespace bmt::kernels
