@@ -10,8 +10,9 @@ milliseconds per step spent in each op, and the time inside the phase's spans th
 called from an op's forward or backward) count toward the outer one only. The first --skip steps
 (warm-up) are left out. --gaps splits each phase's uncovered time by where it falls: before a
 block's first op, before which later op (from the previous op's end to that op's start), or after
-its last op. A gap between two ops of a backward holds the autograd engine's own kernels (the sum
-of two gradients of one tensor, as at a residual connection).
+its last op. A gap holds what ran outside every op (the autograd engine's own kernels, such as
+the sum of two gradients of one tensor at a residual connection) and, where the GPU waited for the
+host, the host's time between two ops.
 """
 import argparse
 import json

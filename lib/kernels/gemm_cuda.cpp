@@ -34,8 +34,6 @@ constexpr int kTuneCandidates = 8;
 constexpr int kTuneRepeats = 3;              // timed calls per candidate, after one untimed
 constexpr double kTuneMinFlops = 1 << 30;    // smaller problems keep the heuristic's choice
 
-std::size_t dtype_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
-
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::bf16: return CUDA_R_16BF;
@@ -169,10 +167,10 @@ class LtSession {
     void* out = p.c;
     Tensor copy;
     if (p.beta != 0.0f) {
-      const cudaDataType_t type = key.f32_output ? CUDA_R_32F : cuda_type(static_cast<DType>(key.dtype));
+      const DType type = key.f32_output ? DType::f32 : static_cast<DType>(key.dtype);
       // Column-major [n, m] with leading dimension ldc, batch after batch.
       const std::int64_t elements = (key.batch - 1) * key.sc + (key.m - 1) * key.ldc + key.n;
-      const std::size_t bytes = static_cast<std::size_t>(elements) * dtype_bytes(type);
+      const std::size_t bytes = static_cast<std::size_t>(elements) * dtype_size(type);
       copy = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::u8);
       BMT_CUDA_CHECK(cudaMemcpyAsync(copy.data(), p.c, bytes, cudaMemcpyDeviceToDevice, stream.native()));
       out = copy.data();

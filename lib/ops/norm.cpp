@@ -18,7 +18,8 @@ Shape row_stats_shape(const Tensor& x) {
 // The weight and bias gradients of a norm (inputs 1 and 2 of fn). Inside a ZeRO block both
 // parameters already have f32 gradient buffers: when every wanted one has a buffer, of one dtype,
 // the kernel adds its column sums there (`accumulate`) and the graph gets no gradient for them.
-// Otherwise they are new tensors of x's dtype, returned to the graph.
+// Otherwise they are new tensors of x's dtype, returned to the graph. (leaf_gradient hands out
+// only buffers of the parameter's dtype, which is x's, or f32: both ones the kernel adds into.)
 struct ParamGradients {
   Tensor weight, bias;
   bool accumulate = false;
@@ -29,9 +30,8 @@ ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bo
   const Tensor w = want_weight ? fn.leaf_gradient(1) : Tensor();
   const Tensor b = want_bias ? fn.leaf_gradient(2) : Tensor();
   const Tensor& first = want_weight ? w : b;
-  const bool addable = first.defined() && (first.dtype() == x.dtype() || first.dtype() == DType::f32);
   auto has_buffer = [&](const Tensor& t, bool wanted) { return !wanted || (t.defined() && t.dtype() == first.dtype()); };
-  if (addable && has_buffer(w, want_weight) && has_buffer(b, want_bias)) {
+  if (first.defined() && has_buffer(w, want_weight) && has_buffer(b, want_bias)) {
     p.weight = w;
     p.bias = b;
     p.accumulate = true;
