@@ -28,6 +28,66 @@ class AccumulateGrad final : public Node {
 bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
 
+namespace {
+thread_local bool t_outputs_on_demand = false;
+
+// The write half of a DeferrableFunction's forward, run once, when one of its outputs' memory is
+// first used. It writes through aliases of the outputs' memory, so it holds no output Storage
+// (each of which holds it).
+class PendingForward {
+ public:
+  PendingForward(std::shared_ptr<DeferrableFunction> fn, std::vector<Tensor> inputs, const std::vector<Tensor>& outputs)
+      : fn_(std::move(fn)), inputs_(std::move(inputs)) {
+    for (const Tensor& out : outputs) targets_.push_back(Tensor::wrap(out.data(), out.shape(), out.dtype()));
+  }
+
+  void run() {
+    if (!fn_) return;  // another output got there first
+    const std::shared_ptr<DeferrableFunction> fn = std::move(fn_);
+    BMT_REQUIRE(!fn->is_released(), fn->name() << ": an output computed on first use was first used after backward "
+                                                  "passed through its op; expected it used before");
+    {
+      NoGradGuard no_grad;
+      OpSpan span("op forward", *fn);
+      fn->write(inputs_, targets_);
+    }
+    inputs_.clear();
+    targets_.clear();
+  }
+
+ private:
+  std::shared_ptr<DeferrableFunction> fn_;
+  std::vector<Tensor> inputs_, targets_;
+};
+
+// prepare's outputs with their write put off: fresh, contiguous, one Storage each.
+std::vector<Tensor> prepare_on_demand(const std::shared_ptr<DeferrableFunction>& fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outputs;
+  {
+    NoGradGuard no_grad;
+    outputs = fn->prepare(inputs);
+  }
+  bool empty = false;
+  for (const Tensor& out : outputs) {
+    BMT_REQUIRE(out.defined() && out.is_contiguous() && out.storage()->owned() && out.storage().use_count() == 1,
+                fn->name() << "::prepare: expected fresh contiguous outputs, one Storage each");
+    empty = empty || out.numel() == 0;
+  }
+  if (empty) {  // nothing worth putting off
+    NoGradGuard no_grad;
+    fn->write(inputs, outputs);
+    return outputs;
+  }
+  auto pending = std::make_shared<PendingForward>(fn, inputs, outputs);
+  for (const Tensor& out : outputs) out.storage()->set_pending_write([pending] { pending->run(); });
+  return outputs;
+}
+}  // namespace
+
+bool outputs_on_demand() { return t_outputs_on_demand; }
+OutputsOnDemandGuard::OutputsOnDemandGuard() : previous_(t_outputs_on_demand) { t_outputs_on_demand = true; }
+OutputsOnDemandGuard::~OutputsOnDemandGuard() { t_outputs_on_demand = previous_; }
+
 Tensor Function::leaf_gradient(std::size_t i) const {
   if (i >= next_edges.size()) return Tensor();
   const auto* sink = dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get());
@@ -62,7 +122,10 @@ std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std
 
   std::vector<Tensor> outputs;
   fn->recording_ = record;
-  {
+  auto deferrable = outputs_on_demand() ? std::dynamic_pointer_cast<DeferrableFunction>(fn) : nullptr;
+  if (deferrable) {
+    outputs = prepare_on_demand(deferrable, inputs);
+  } else {
     NoGradGuard no_grad;
     OpSpan span("op forward", *fn);
     outputs = fn->forward(inputs);

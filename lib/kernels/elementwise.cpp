@@ -12,6 +12,8 @@ namespace {
 
 using namespace ewise;
 
+const char* binary_name(BinaryOp op) { return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul"; }
+
 void require_floating_pair(const Tensor& a, const Tensor& b, const char* op) {
   BMT_REQUIRE(a.defined() && b.defined(), op << ": expected two defined tensors");
   BMT_REQUIRE(a.dtype() == b.dtype(), op << ": expected operands of one dtype, found " << dtype_name(a.dtype())
@@ -80,12 +82,21 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul";
+Tensor binary_output(const char* op, const Tensor& a, const Tensor& b) {
+  require_floating_pair(a, b, op);
+  return Tensor::empty(broadcast_shape(a.shape(), b.shape(), op), a.dtype());
+}
+
+void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const char* name = binary_name(op);
   require_floating_pair(a, b, name);
-  Tensor out = Tensor::empty(broadcast_shape(a.shape(), b.shape(), name), a.dtype());
-  if (out.numel() == 0) return out;
-  if (fast::binary(op, out, a, b)) return out;
+  BMT_REQUIRE(out.dtype() == a.dtype() && out.is_contiguous() &&
+                  out.shape() == broadcast_shape(a.shape(), b.shape(), name),
+              name << ": expected a contiguous " << dtype_name(a.dtype()) << " output of shape "
+                   << to_string(broadcast_shape(a.shape(), b.shape(), name)) << ", found "
+                   << dtype_name(out.dtype()) << " " << to_string(out.shape()));
+  if (out.numel() == 0) return;
+  if (fast::binary(op, out, a, b)) return;
   BMT_DISPATCH_FLOAT(a.dtype(), name, T, {
     switch (op) {
       case BinaryOp::add: binary_kernel<T>(out, a, b, AddOp{}); break;
@@ -93,6 +104,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       case BinaryOp::mul: binary_kernel<T>(out, a, b, MulOp{}); break;
     }
   });
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_output(binary_name(op), a, b);
+  binary_into(op, a, b, out);
   return out;
 }
 

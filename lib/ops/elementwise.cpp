@@ -18,20 +18,24 @@ const char* binary_name(BinaryOp op) {
   return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul";
 }
 
-class Binary final : public autograd::Function {
+class Binary final : public autograd::DeferrableFunction {
  public:
   explicit Binary(BinaryOp op) : op_(op) {}
   std::string name() const override { return binary_name(op_); }
 
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    const Tensor a = contiguous(in[0]), b = contiguous(in[1]);
-    a_shape_ = a.shape();
-    b_shape_ = b.shape();
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
+    a_shape_ = in[0].shape();
+    b_shape_ = in[1].shape();
     if (op_ == BinaryOp::mul) {  // each operand's gradient needs the other
-      a_ = a.detach();
-      b_ = b.detach();
+      a_ = contiguous(in[0]).detach();
+      b_ = contiguous(in[1]).detach();
     }
-    return {kernels::binary(op_, a, b)};
+    return {kernels::binary_output(binary_name(op_), in[0], in[1])};
+  }
+
+  void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
+    if (op_ == BinaryOp::mul) kernels::binary_into(op_, a_, b_, out[0]);
+    else kernels::binary_into(op_, contiguous(in[0]), contiguous(in[1]), out[0]);
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {

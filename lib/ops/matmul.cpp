@@ -168,11 +168,11 @@ class Matmul final : public autograd::Function {
   MatrixBatch a_, b_;
 };
 
-class Linear final : public autograd::Function {
+class Linear final : public autograd::DeferrableFunction {
  public:
   std::string name() const override { return "linear"; }
 
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
     const Tensor &x = in[0], &w = in[1], &bias = in[2];
     require_pair(x, w, "linear", "input", "weight");
     BMT_REQUIRE(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
@@ -188,16 +188,19 @@ class Linear final : public autograd::Function {
     w_ = as_matrices(w.detach());
     Shape out_shape = x.shape();
     out_shape.back() = w.size(0);
-    Tensor y = Tensor::empty(out_shape, x.dtype());
-    if (y.numel() == 0) return {y};
-    const Tensor b = bias.defined() ? contiguous(bias) : Tensor();
+    return {Tensor::empty(out_shape, x.dtype())};
+  }
+
+  void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
+    const Tensor& y = out[0];
+    if (y.numel() == 0) return;
+    const Tensor b = in[2].defined() ? contiguous(in[2]) : Tensor();
     if (x_.cols == 0) {  // no inputs: y is the bias on every row
       y.zero_();
-      if (b.defined()) y = kernels::binary(kernels::BinaryOp::add, y, b);
-      return {y};
+      if (b.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, b));
+      return;
     }
     multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
-    return {y};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {

@@ -126,6 +126,12 @@ std::vector<char> gather_to_host(const Tensor& t) {
 
 Storage::Storage(std::size_t bytes) : data_(CachingAllocator::instance().allocate(bytes)), bytes_(bytes) {}
 Storage::Storage(void* external, std::size_t bytes) : data_(external), bytes_(bytes), owned_(false) {}
+void Storage::run_pending_write() const {
+  const std::function<void()> write = std::move(pending_write_);
+  pending_write_ = nullptr;
+  write();
+}
+
 Storage::~Storage() {
   if (owned_) CachingAllocator::instance().deallocate(data_);
 }

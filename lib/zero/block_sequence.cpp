@@ -184,6 +184,9 @@ class BlockSequence final : public autograd::Function {
           leaves = as_leaves(saved_[i]);
           {
             timeline::Span span(ctx.compute_stream(), "recompute", storage.name());
+            // Backward needs the graph and what its ops saved, not the block's outputs: the work
+            // that only produces them (the last GEMM and residual add) is left undone.
+            autograd::OutputsOnDemandGuard on_demand;
             outputs = bodies_[i](leaves);
           }
           random::set_key_counter(counter);

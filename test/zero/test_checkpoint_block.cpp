@@ -7,6 +7,8 @@
 #include <tuple>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/tensor/allocator.hpp"
@@ -202,6 +204,85 @@ TEST(CheckpointBlock, CallBeforeInitParametersIsAnError) {
     FAIL() << "expected an error";
   } catch (const bmt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("bmt::init_parameters"), std::string::npos) << e.what();
+  }
+}
+
+
+// y = x / 2 with a count of its writes per call site: whether a recompute computed the value.
+class CountedHalf final : public bmt::autograd::DeferrableFunction {
+ public:
+  explicit CountedHalf(int* writes) : writes_(writes) {}
+  std::string name() const override { return "CountedHalf"; }
+  std::vector<bmt::Tensor> prepare(const std::vector<bmt::Tensor>& in) override {
+    return {bmt::Tensor::empty(in[0].shape(), in[0].dtype())};
+  }
+  void write(const std::vector<bmt::Tensor>& in, const std::vector<bmt::Tensor>& out) override {
+    ++*writes_;
+    out[0].copy_(bmt::kernels::affine(bmt::contiguous(in[0]), 0.5f, 0.0f));
+  }
+  std::vector<bmt::Tensor> backward(const std::vector<bmt::Tensor>& g) override {
+    return {bmt::kernels::affine(bmt::contiguous(g[0]), 0.5f, 0.0f)};
+  }
+
+ private:
+  int* writes_;
+};
+
+int g_inner_writes = 0, g_tail_writes = 0;
+
+// x + half(linear(gelu(half(linear(x))))): a residual MLP whose last GEMM and add only produce the
+// block's output.
+struct MlpBlock : bmt::Module {
+  static constexpr std::int64_t kHidden = 24;
+  bmt::DistributedParameter w1{{kHidden, kD}, bmt::init::normal(0.0f, 0.3f)}, b1{{kHidden}, bmt::init::normal(0.1f)};
+  bmt::DistributedParameter w2{{kD, kHidden}, bmt::init::normal(0.0f, 0.3f)}, b2{{kD}, bmt::init::normal(0.1f)};
+  MlpBlock() {
+    register_parameter("w1", w1);
+    register_parameter("b1", b1);
+    register_parameter("w2", w2);
+    register_parameter("b2", b2);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) {
+    const bmt::Tensor h = bmt::autograd::call<CountedHalf>({bmt::linear(x, w1, b1)}, &g_inner_writes)[0];
+    const bmt::Tensor y = bmt::linear(bmt::gelu(h), w2, b2);
+    return bmt::add(x, bmt::autograd::call<CountedHalf>({y}, &g_tail_writes)[0]);
+  }
+};
+
+struct MlpModel : bmt::DistributedModule {
+  bmt::TransformerBlockList<MlpBlock> blocks{1};
+  explicit MlpModel(bmt::CheckpointOptions opt) {
+    for (int i = 0; i < 3; ++i) blocks.append(opt);
+    register_module("blocks", blocks);
+  }
+};
+
+// A recompute computes what backward reads and leaves the rest (here the tail's GEMM, half and
+// add) unwritten; the gradients are those of keeping the activations, bit for bit.
+TEST(CheckpointBlock, RecomputeLeavesTheBlockOutputUnwritten) {
+  std::map<bool, std::map<std::string, std::pair<std::vector<float>, std::vector<float>>>> grads;
+  std::map<bool, std::vector<float>> input_grads;
+  for (const bool recompute : {false, true}) {
+    bmt::CheckpointOptions opt;
+    opt.use_checkpoint = recompute;
+    MlpModel model(opt);
+    bmt::init_parameters(model);
+    bmt::Tensor x = bmt::Tensor::from_floats(input_of(bmt::rank()), {kRows, kD}).set_requires_grad(true);
+    g_inner_writes = g_tail_writes = 0;
+    bmt::Tensor y = model.blocks(x);
+    EXPECT_EQ(g_inner_writes, 3);
+    EXPECT_EQ(g_tail_writes, 3);
+    y.backward(bmt::Tensor::from_floats(input_of(bmt::rank() + 7), {kRows, kD}));
+    EXPECT_EQ(g_inner_writes, recompute ? 6 : 3) << "the recompute wrote what gelu reads";
+    EXPECT_EQ(g_tail_writes, 3) << "and not the blocks' outputs";
+    grads[recompute] = gathered(model);
+    input_grads[recompute] = x.grad().to_host_floats();
+  }
+  EXPECT_EQ(input_grads[true], input_grads[false]);
+  ASSERT_EQ(grads[true].size(), 12u);
+  for (const auto& [name, vg] : grads[false]) {
+    EXPECT_EQ(grads[true].at(name).first, vg.first) << name << ": same initial values";
+    EXPECT_EQ(grads[true].at(name).second, vg.second) << name;
   }
 }
 

@@ -68,6 +68,8 @@ class Function : public Node {
 
   // True while forward runs if its outputs will be recorded into a graph (backward may follow).
   bool is_recording() const { return recording_; }
+  // True once backward has passed through this node and dropped what forward saved.
+  bool is_released() const { return released_; }
 
   // True for inputs whose gradient the graph needs (backward may skip the others).
   bool needs_input_grad(std::size_t i) const {
@@ -84,6 +86,39 @@ class Function : public Node {
  private:
   bool released_ = false;
   bool recording_ = false;
+};
+
+// A Function whose backward needs only its inputs, never a value its forward computes (a GEMM, an
+// elementwise add), may split its forward: prepare checks the inputs, saves what backward needs
+// and returns the outputs allocated but not written; write computes them. Under
+// OutputsOnDemandGuard, Function::run calls prepare only, and write runs when an output's memory
+// is first used; work whose outputs nobody reads never runs.
+class DeferrableFunction : public Function {
+ public:
+  virtual std::vector<Tensor> prepare(const std::vector<Tensor>& inputs) = 0;
+  virtual void write(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) = 0;
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) final {
+    std::vector<Tensor> outputs = prepare(inputs);
+    write(inputs, outputs);
+    return outputs;
+  }
+};
+
+// While alive (per thread), DeferrableFunctions compute their outputs on first use. A block's
+// recompute runs under it: backward needs the recomputed graph and the values it saved, not the
+// block's outputs, so the work that only produces them (the last GEMM and the residual add of a
+// transformer block) is skipped.
+bool outputs_on_demand();
+class OutputsOnDemandGuard {
+ public:
+  OutputsOnDemandGuard();
+  ~OutputsOnDemandGuard();
+  OutputsOnDemandGuard(const OutputsOnDemandGuard&) = delete;
+  OutputsOnDemandGuard& operator=(const OutputsOnDemandGuard&) = delete;
+
+ private:
+  bool previous_;
 };
 
 template <class F, class... Args>

@@ -8,6 +8,7 @@
 // Autograd state (requires_grad, grad, the node that produced the tensor) lives here too, so that
 // every tensor can take part in a graph; the autograd layer owns the logic.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -37,15 +38,27 @@ class Storage {
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* data() const { return data_; }
+  // The memory; first runs the pending write, if one was set.
+  void* data() const {
+    if (pending_write_) run_pending_write();
+    return data_;
+  }
   std::size_t bytes() const { return bytes_; }
   // False for wrapped memory, which its owner may reuse.
   bool owned() const { return owned_; }
 
+  // Work that fills this memory, put off until the memory is first used: data() runs it once,
+  // first (see autograd::OutputsOnDemandGuard). The work must not hold this Storage.
+  void set_pending_write(std::function<void()> write) { pending_write_ = std::move(write); }
+  bool has_pending_write() const { return static_cast<bool>(pending_write_); }
+
  private:
+  void run_pending_write() const;
+
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   bool owned_ = true;
+  mutable std::function<void()> pending_write_;
 };
 
 class Tensor;
