@@ -449,6 +449,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
 // warp cannot skip a tile its rows do not see: the mask zeroes it instead.
 
 constexpr int kWgTile = 64;                          // queries per block, keys per tile, head size
+constexpr float kLazyRescale = 8.0f;                 // see the forward's softmax
 constexpr int kWgTileBytes = kWgTile * kWgTile * 2;  // one 64 x 64 tile of 2-byte elements
 
 // Starts copying rows [row0, row0 + 64) of a [rows, 64] tensor into a swizzled tile (zeros past `rows`).
@@ -644,17 +645,27 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
         s[0][n][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
       }
+    // Lazy rescaling: a row's running max moves only when the tile's max passes it by more than
+    // kLazyRescale (log2 units). Below that, P stays under 2^kLazyRescale (exact in f32, and in
+    // bf16 to its relative rounding) and O and the sum keep their scale; O / sum and the lse use
+    // the same max, so the results are unchanged. A warp none of whose rows moved skips the
+    // rescale of O.
     float alpha[2], base[2];
+    bool moved = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float& tm = tile_max[i];
       tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
       tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-      const float m_new = fmaxf(row_max[i], tm * p.scale_log2);
-      base[i] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[i] = row_max[i] == -INFINITY ? 0.0f : exp2_fast(row_max[i] - base[i]);
-      row_max[i] = m_new;
-      row_sum[i] *= alpha[i];
+      const float m_tile = tm * p.scale_log2;
+      alpha[i] = 1.0f;
+      if (m_tile > row_max[i] + kLazyRescale) {  // the first tile a row sees: row_max is -inf
+        alpha[i] = row_max[i] == -INFINITY ? 0.0f : exp2_fast(row_max[i] - m_tile);
+        row_max[i] = m_tile;
+        row_sum[i] *= alpha[i];
+        moved = true;
+      }
+      base[i] = row_max[i] == -INFINITY ? 0.0f : row_max[i];
     }
 #pragma unroll
     for (int n = 0; n < 8; ++n)
@@ -665,10 +676,12 @@ __global__ void __launch_bounds__(kThreads) forward_wgmma_kernel(Rows q, Rows k,
       }
     std::uint32_t pa[4][4];  // P as the A operand, 16 keys per step
     pack_a<E>(pa, s);
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
+        for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
+    }
     wgmma_fence();
     wgmma_tile_nn<E>(out, pa, vbuf + b * kWgTileBytes);
     wgmma_commit();
