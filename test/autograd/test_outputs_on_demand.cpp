@@ -33,6 +33,14 @@ struct Doubling : autograd::DeferrableFunction {
 
 Tensor doubled(const Tensor& x, int* writes) { return autograd::call<Doubling>({x}, writes)[0]; }
 
+// doubled(x) with its write put off.
+Tensor doubled_on_demand(const Tensor& x, int* writes) {
+  autograd::OutputsOnDemandGuard on_demand;
+  return doubled(x, writes);
+}
+
+void backward_with_ones(const Tensor& y) { autograd::backward({y}, {Tensor::from_floats({1, 1, 1, 1, 1, 1}, {2, 3})}); }
+
 Tensor input() { return Tensor::from_floats({1, -2, 3, 0.5f, 4, -1}, {2, 3}).set_requires_grad(true); }
 
 TEST(OutputsOnDemand, OffByDefaultWritesAtTheCall) {
@@ -58,14 +66,10 @@ TEST(OutputsOnDemand, GuardNestsAndRestores) {
 TEST(OutputsOnDemand, OutputNeverUsedIsNeverWrittenAndBackwardStillWorks) {
   Tensor x = input();
   int writes = 0;
-  Tensor y;
-  {
-    autograd::OutputsOnDemandGuard on_demand;
-    y = doubled(x, &writes);
-  }
+  const Tensor y = doubled_on_demand(x, &writes);
   EXPECT_EQ(writes, 0);
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
-  autograd::backward({y}, {Tensor::from_floats({1, 1, 1, 1, 1, 1}, {2, 3})});
+  backward_with_ones(y);
   EXPECT_EQ(writes, 0) << "backward needs the graph, not the output";
   EXPECT_EQ(x.grad().to_host_floats(), (std::vector<float>{2, 2, 2, 2, 2, 2}));
 }
@@ -124,14 +128,9 @@ TEST(OutputsOnDemand, SavingAnInputWritesIt) {
 }
 
 TEST(OutputsOnDemand, FirstUseAfterBackwardPassedIsAnError) {
-  Tensor x = input();
   int writes = 0;
-  Tensor y;
-  {
-    autograd::OutputsOnDemandGuard on_demand;
-    y = doubled(x, &writes);
-  }
-  autograd::backward({y}, {Tensor::from_floats({1, 1, 1, 1, 1, 1}, {2, 3})});
+  const Tensor y = doubled_on_demand(input(), &writes);
+  backward_with_ones(y);
   try {
     y.to_host_floats();
     FAIL() << "expected an error";
