@@ -31,6 +31,12 @@ void set_grad_enabled(bool on) { t_grad_enabled = on; }
 namespace {
 thread_local bool t_outputs_on_demand = false;
 
+void write_outputs(DeferrableFunction& fn, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  NoGradGuard no_grad;
+  OpSpan span("op forward", fn);
+  fn.write(inputs, outputs);
+}
+
 // The write half of a DeferrableFunction's forward, run once, when one of its outputs' memory is
 // first used. It writes through aliases of the outputs' memory, so it holds no output Storage
 // (each of which holds it).
@@ -46,11 +52,7 @@ class PendingForward {
     const std::shared_ptr<DeferrableFunction> fn = std::move(fn_);
     BMT_REQUIRE(!fn->is_released(), fn->name() << ": an output computed on first use was first used after backward "
                                                   "passed through its op; expected it used before");
-    {
-      NoGradGuard no_grad;
-      OpSpan span("op forward", *fn);
-      fn->write(inputs_, targets_);
-    }
+    write_outputs(*fn, inputs_, targets_);
     inputs_.clear();
     targets_.clear();
   }
@@ -74,8 +76,7 @@ std::vector<Tensor> prepare_on_demand(const std::shared_ptr<DeferrableFunction>&
     empty = empty || out.numel() == 0;
   }
   if (empty) {  // nothing worth putting off
-    NoGradGuard no_grad;
-    fn->write(inputs, outputs);
+    write_outputs(*fn, inputs, outputs);
     return outputs;
   }
   auto pending = std::make_shared<PendingForward>(fn, inputs, outputs);
@@ -126,6 +127,10 @@ std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std
   if (deferrable) {
     outputs = prepare_on_demand(deferrable, inputs);
   } else {
+    // Inputs whose write was put off are written before this op's span opens, so that a timeline
+    // does not count their work as this op's.
+    for (const auto& in : inputs)
+      if (in.defined() && in.storage() && in.storage()->has_pending_write()) in.storage()->data();
     NoGradGuard no_grad;
     OpSpan span("op forward", *fn);
     outputs = fn->forward(inputs);
