@@ -31,7 +31,15 @@ void set_grad_enabled(bool on) { t_grad_enabled = on; }
 namespace {
 thread_local bool t_outputs_on_demand = false;
 
+// Inputs whose write was put off are written before an op's span opens, so that a timeline does
+// not count their work as the op's.
+void write_pending(const std::vector<Tensor>& inputs) {
+  for (const auto& in : inputs)
+    if (in.defined() && in.storage() && in.storage()->has_pending_write()) in.storage()->data();
+}
+
 void write_outputs(DeferrableFunction& fn, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  write_pending(inputs);
   NoGradGuard no_grad;
   OpSpan span("op forward", fn);
   fn.write(inputs, outputs);
@@ -127,10 +135,7 @@ std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std
   if (deferrable) {
     outputs = prepare_on_demand(deferrable, inputs);
   } else {
-    // Inputs whose write was put off are written before this op's span opens, so that a timeline
-    // does not count their work as this op's.
-    for (const auto& in : inputs)
-      if (in.defined() && in.storage() && in.storage()->has_pending_write()) in.storage()->data();
+    write_pending(inputs);
     NoGradGuard no_grad;
     OpSpan span("op forward", *fn);
     outputs = fn->forward(inputs);

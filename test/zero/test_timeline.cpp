@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/optim/adamw.hpp"
 #include "bmtrain/optim/lr_scheduler.hpp"
@@ -219,6 +220,63 @@ TEST(Timeline, OpDetailTimesEachOpInsideItsBlock) {
     });
     EXPECT_TRUE(inside) << s.name << " at " << s.ts << " us is in no block's span";
   }
+  bmt::synchronize();
+  std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
+}
+
+// Residual MLP halves, x + linear(x) then h + linear(gelu(h)): in the recompute the first linear
+// and add are put off until gelu reads h, and the second pair never runs.
+struct ResidualBlock : bmt::Module {
+  bmt::DistributedParameter w1{{kD, kD}, bmt::init::normal(0.0f, 0.2f)}, w2{{kD, kD}, bmt::init::normal(0.0f, 0.2f)};
+  ResidualBlock() {
+    register_parameter("w1", w1);
+    register_parameter("w2", w2);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) {
+    const bmt::Tensor h = bmt::add(x, bmt::linear(x, w1, bmt::Tensor()));
+    return bmt::add(h, bmt::linear(bmt::gelu(h), w2, bmt::Tensor()));
+  }
+};
+
+// Op spans never nest: work put off in a recompute is timed as its own op, not inside the op
+// that first reads its output.
+TEST(Timeline, PutOffWorkIsTimedAsItsOwnOp) {
+  bmt::timeline::reset();
+  const std::string path = shared_prefix() + "_put_off.json";
+  struct Residual : bmt::DistributedModule {
+    bmt::TransformerBlockList<ResidualBlock> blocks{1};
+    Residual() {
+      for (int i = 0; i < kBlocks; ++i) blocks.append();
+      register_module("blocks", blocks);
+    }
+  } model;
+  bmt::init_parameters(model);
+  bmt::timeline::enable(path, bmt::timeline::Detail::ops);
+  bmt::Tensor x = bmt::Tensor::from_floats(std::vector<float>(3 * kD, 0.5f), {3, kD}).set_requires_grad(true);
+  bmt::Tensor y = model.blocks(x);
+  y.backward(bmt::ones(y.shape()));
+  bmt::timeline::write();
+  bmt::timeline::reset();
+  bmt::synchronize();
+
+  std::vector<Span> ops;
+  std::map<std::string, int> count;
+  for (const auto& s : read_trace(bmt::timeline::rank_path(path, bmt::rank()), bmt::rank(), nullptr)) {
+    if (s.category != "op forward" && s.category != "op backward") continue;
+    if (s.name.find("CheckpointBlock") != std::string::npos) continue;  // the block list's own node holds them all
+    ops.push_back(s);
+    ++count[s.name];
+  }
+  EXPECT_EQ(count["op forward linear"], 3 * kBlocks) << "two per block forward, one in its recompute";
+  EXPECT_EQ(count["op forward add"], 3 * kBlocks);
+  EXPECT_EQ(count["op forward gelu"], 2 * kBlocks);
+  const double tol = 1.0;  // us: CUDA event resolution
+  for (const auto& a : ops)
+    for (const auto& b : ops) {
+      if (&a == &b) continue;
+      const bool inside = b.ts > a.ts + tol && b.ts + b.dur < a.ts + a.dur - tol;
+      EXPECT_FALSE(inside) << b.name << " at " << b.ts << " us inside " << a.name << " at " << a.ts << " us";
+    }
   bmt::synchronize();
   std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
 }
