@@ -16,7 +16,10 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    return accumulate_into_leaf(leaf_, grads.empty() ? Tensor() : grads[0]);
+    // grads[0] by reference: a copy (as `grads.empty() ? Tensor() : grads[0]` makes) would count as
+    // a second owner, and the leaf would clone a gradient it could have taken.
+    if (grads.empty()) return {};
+    return accumulate_into_leaf(leaf_, grads[0]);
   }
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 

@@ -97,6 +97,34 @@ TEST(Autograd, FunctionWithTwoOutputs) {
   EXPECT_EQ(values(b.grad()), (std::vector<float>{3, 4}));
 }
 
+// Passes the gradient through, after noting where its memory is.
+struct NoteGradient : autograd::Function {
+  explicit NoteGradient(const void** where) : seen(where) {}
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {clone(in[0])}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    Tensor fresh = clone(g[0]);
+    *seen = fresh.data();
+    return {fresh};
+  }
+  std::string name() const override { return "NoteGradient"; }
+  const void** seen;
+};
+
+// A leaf takes a gradient buffer that nothing else refers to as its .grad, without a copy; one
+// that something else still holds it copies.
+TEST(Autograd, LeafTakesAFreshGradientWithoutACopy) {
+  const void* seen = nullptr;
+  Tensor x = Tensor::from_floats({1, 2, 3}, {3}).set_requires_grad(true);
+  autograd::call<NoteGradient>({x}, &seen)[0].backward(Tensor::from_floats({1, 1, 1}, {3}));
+  EXPECT_EQ(x.grad().data(), seen) << "the fresh gradient became x.grad";
+
+  Tensor z = Tensor::from_floats({1, 2, 3}, {3}).set_requires_grad(true);
+  const Tensor g = Tensor::from_floats({4, 5, 6}, {3});
+  add_scalar(z, 1.0f).backward(g);  // whose backward passes g itself on
+  EXPECT_NE(z.grad().data(), g.data()) << "g is the caller's: z.grad is a copy";
+  EXPECT_EQ(values(z.grad()), (std::vector<float>{4, 5, 6}));
+}
+
 TEST(Autograd, DiamondGraphCallsEachNodeOnce) {
   // x -> c = cube(x) -> (c * 2, c * 3) -> sum: dL/dx = 5 * 3x^2, cube's backward runs once.
   int calls = 0;
