@@ -90,9 +90,10 @@ class Function : public Node {
 
 // A Function whose backward needs only its inputs, never a value its forward computes (a GEMM, an
 // elementwise add), may split its forward: prepare checks the inputs, saves what backward needs
-// and returns the outputs allocated but not written; write computes them. Under
-// OutputsOnDemandGuard, Function::run calls prepare only, and write runs when an output's memory
-// is first used; work whose outputs nobody reads never runs.
+// and returns the outputs allocated but not written; write computes them from the inputs and what
+// prepare saved alone (it may run later, so no random draws or other state read at the call).
+// Under OutputsOnDemandGuard, Function::run calls prepare only, and write runs when an output's
+// memory is first used; work whose outputs nobody reads never runs.
 class DeferrableFunction : public Function {
  public:
   virtual std::vector<Tensor> prepare(const std::vector<Tensor>& inputs) = 0;
