@@ -2,8 +2,9 @@
 // What the single-process benchmarks share: a dtype from a benchmark argument, deterministic
 // inputs, and a wait for the compute stream (every timed iteration ends with one).
 #include <cstdint>
-#include <vector>
 
+#include "bmtrain/kernels/random.hpp"
+#include "bmtrain/nn/init.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
@@ -14,15 +15,13 @@ inline DType dtype_arg(std::int64_t a) { return a == 0 ? DType::f32 : a == 1 ? D
 
 inline void sync() { context().compute_stream().synchronize(); }
 
-// Values in [-1, 1) from a 64-bit LCG: the same tensor for the same seed on every build.
+// Values uniform in [-1, 1), drawn on the device from the counter-based generator that
+// initializes parameters: the same tensor for the same seed on every build, and no host loop or
+// host-to-device copy, so setting up a benchmark of a large tensor takes milliseconds.
 inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(numel_of(shape)));
-  std::uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
-  }
-  return Tensor::from_floats(v, shape, dtype);
+  Tensor t = Tensor::empty(shape, dtype);
+  init::uniform(-1.0f, 1.0f)(t, 0, random::key(seed, "bench"));
+  return t;
 }
 
 }  // namespace bmt::bench
