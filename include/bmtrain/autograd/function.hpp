@@ -109,7 +109,9 @@ class DeferrableFunction : public Function {
 // While alive (per thread), DeferrableFunctions compute their outputs on first use. A block's
 // recompute runs under it: backward needs the recomputed graph and the values it saved, not the
 // block's outputs, so the work that only produces them (the last GEMM and the residual add of a
-// transformer block) is skipped.
+// transformer block) is skipped. Code run under it must not change an op's input in place before
+// the op's outputs are used: the put-off write would read the changed value (the same rule that
+// already holds for every tensor an op saves for backward).
 bool outputs_on_demand();
 class OutputsOnDemandGuard {
  public:
