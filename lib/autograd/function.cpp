@@ -83,7 +83,11 @@ std::vector<Tensor> prepare_on_demand(const std::shared_ptr<DeferrableFunction>&
   bool empty = false;
   for (const Tensor& out : outputs) {
     BMT_REQUIRE(out.defined() && out.is_contiguous() && out.storage()->owned() && out.storage().use_count() == 1,
-                fn->name() << "::prepare: expected fresh contiguous outputs, one Storage each");
+                fn->name() << "::prepare: expected fresh contiguous outputs, one Storage each, found "
+                           << (!out.defined()            ? std::string("an undefined one")
+                               : !out.is_contiguous()    ? "a non-contiguous " + to_string(out.shape())
+                               : !out.storage()->owned() ? std::string("one over wrapped memory")
+                                                         : std::string("one whose Storage is shared")));
     empty = empty || out.numel() == 0;
   }
   if (empty) {  // nothing worth putting off

@@ -12,8 +12,6 @@ namespace {
 
 using namespace ewise;
 
-const char* binary_name(BinaryOp op) { return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul"; }
-
 void require_floating_pair(const Tensor& a, const Tensor& b, const char* op) {
   BMT_REQUIRE(a.defined() && b.defined(), op << ": expected two defined tensors");
   BMT_REQUIRE(a.dtype() == b.dtype(), op << ": expected operands of one dtype, found " << dtype_name(a.dtype())
@@ -82,9 +80,12 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-Tensor binary_output(const char* op, const Tensor& a, const Tensor& b) {
-  require_floating_pair(a, b, op);
-  return Tensor::empty(broadcast_shape(a.shape(), b.shape(), op), a.dtype());
+const char* binary_name(BinaryOp op) { return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul"; }
+
+Tensor binary_output(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  require_floating_pair(a, b, name);
+  return Tensor::empty(broadcast_shape(a.shape(), b.shape(), name), a.dtype());
 }
 
 void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -107,7 +108,7 @@ void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  Tensor out = binary_output(binary_name(op), a, b);
+  Tensor out = binary_output(op, a, b);
   binary_into(op, a, b, out);
   return out;
 }

@@ -13,10 +13,7 @@ namespace {
 
 using kernels::Activation;
 using kernels::BinaryOp;
-
-const char* binary_name(BinaryOp op) {
-  return op == BinaryOp::add ? "add" : op == BinaryOp::sub ? "sub" : "mul";
-}
+using kernels::binary_name;
 
 class Binary final : public autograd::DeferrableFunction {
  public:
@@ -30,7 +27,7 @@ class Binary final : public autograd::DeferrableFunction {
       a_ = contiguous(in[0]).detach();
       b_ = contiguous(in[1]).detach();
     }
-    return {kernels::binary_output(binary_name(op_), in[0], in[1])};
+    return {kernels::binary_output(op_, in[0], in[1])};
   }
 
   void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {

@@ -142,5 +142,27 @@ TEST(OutputsOnDemand, FirstUseAfterBackwardPassedIsAnError) {
   EXPECT_EQ(writes, 0);
 }
 
+// prepare must hand out new memory: a view of an input would be written over when first used.
+struct ReturnsItsInput : autograd::DeferrableFunction {
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override { return {in[0].view({-1})}; }
+  void write(const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override { return {g[0]}; }
+  std::string name() const override { return "ReturnsItsInput"; }
+};
+
+TEST(OutputsOnDemand, PrepareThatReturnsSharedMemoryIsAnError) {
+  const Tensor x = input();
+  autograd::OutputsOnDemandGuard on_demand;
+  try {
+    autograd::call<ReturnsItsInput>({x});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ReturnsItsInput::prepare: expected fresh contiguous outputs, one Storage "
+                                         "each, found one whose Storage is shared"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace bmt

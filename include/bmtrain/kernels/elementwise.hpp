@@ -12,10 +12,13 @@ enum class Activation { gelu, silu, relu };
 // NumPy broadcast of two shapes; throws naming both shapes when they do not broadcast.
 Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 
+// "add", "sub" or "mul".
+const char* binary_name(BinaryOp op);
+
 // op(a, b) with broadcasting, into a new tensor of the broadcast shape.
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-// The new tensor binary returns, checked and allocated but not written; `op` names it in errors.
-Tensor binary_output(const char* op, const Tensor& a, const Tensor& b);
+// The new tensor binary returns, checked and allocated but not written.
+Tensor binary_output(BinaryOp op, const Tensor& a, const Tensor& b);
 // op(a, b) into `out`, a contiguous tensor of binary_output's shape and dtype.
 void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 // alpha * x + beta.
