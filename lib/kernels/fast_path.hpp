@@ -47,6 +47,11 @@ bool swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad, c
 bool fill(const Tensor& t, float value);
 bool copy(const Tensor& dst, const Tensor& src, float alpha, bool accumulate);
 
+// *result (device memory) = the sum of the squares of `count` contiguous tensors of one floating
+// dtype: tensor k at data[k] holds end[k] - end[k - 1] elements (end[-1] = 0). f32 sums in a fixed
+// order, so the result is the same on every run.
+bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, float* result);
+
 bool embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, BadIndexRecord bad);
 // Deterministic: each row of grad_weight is summed in token order, with no atomics.
 bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight);

@@ -7,6 +7,7 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/math.hpp"
 #include "bmtrain/tensor/memory.hpp"
+#include "fast_path.hpp"
 #include "index_math.hpp"
 
 namespace bmt::kernels {
@@ -160,7 +161,8 @@ void flag_inf_nan_kernel(const TensorTable& table, int* flag) {
 }
 
 template <class T>
-void sum_squares_kernel(const TensorTable& table, float* result) {
+void sum_squares_kernel(DType dtype, const TensorTable& table, float* result) {
+  if (fast::sum_squares(dtype, table.data, table.end, table.count, result)) return;
   Kokkos::parallel_reduce(
       "bmt::sum_squares", flat_range(table.total()),
       KOKKOS_LAMBDA(std::int64_t i, float& acc) {
@@ -345,7 +347,7 @@ Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
   float* p = partial.data_as<float>();
   for (std::size_t k = 0; k < tables.size(); ++k) {
     float* slot = p + k;
-    BMT_DISPATCH_FLOAT(tables[k].first, "global_l2_norm", T, { sum_squares_kernel<T>(tables[k].second, slot); });
+    BMT_DISPATCH_FLOAT(tables[k].first, "global_l2_norm", T, { sum_squares_kernel<T>(tables[k].first, tables[k].second, slot); });
   }
   Tensor norm = Tensor::empty({}, DType::f32);
   float* pn = norm.data_as<float>();
