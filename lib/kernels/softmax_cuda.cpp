@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
       if (active && threadIdx.x + k * blockDim.x < packs) {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          v[k][j] = expf(v[k][j] - m);
+          v[k][j] = __expf(v[k][j] - m);  // ex2.approx: v - m <= 0, within 2 + |1.16 (v - m)| ulp
           sum += v[k][j];
         }
       }
