@@ -6,6 +6,7 @@
 // GEMM: TFLOP/s (2 m n k per product) of bmt::matmul, next to a direct vendor call of the same
 // shape and dtype with no library in between: cblas_sgemm on the host build, cublasLtMatmul on
 // CUDA. The gap is the library's overhead (16-bit widening on the host, plan lookup on CUDA).
+// Bias gradient: GB/s of dy read by its sum over tokens.
 // Elementwise: GB/s of compulsory traffic, next to memory::copy moving the same number of bytes:
 // GELU reads x and writes y, the cast reads 4 and writes 2 bytes per element, add reads two
 // operands and writes one.
@@ -15,6 +16,7 @@
 
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/tensor/memory.hpp"
@@ -86,6 +88,22 @@ void BM_LinearForwardBackward(benchmark::State& state) {
     sync();
   }
   report_flops(state, 3 * 2.0 * m * n * k, dt);  // forward, dx, dW
+}
+
+// The forward alone, y = x W^T (+ b): what the bias epilogue costs the GEMM.
+void BM_LinearForward(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2);
+  const Tensor b = state.range(4) ? random_tensor({n}, dt, 4) : Tensor();
+  NoGradGuard no_grad;
+  linear(x, w, b);  // warm-up
+  for (auto _ : state) {
+    Tensor y = linear(x, w, b);
+    benchmark::DoNotOptimize(y.data());
+    sync();
+  }
+  report_flops(state, 2.0 * m * n * k, dt);
 }
 
 #ifdef BMT_ENABLE_CUDA
@@ -226,6 +244,28 @@ void vendor_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// A bias gradient added into an f32 gradient buffer: dy [rows, cols] summed over its rows
+// (kernels::add_column_sums, as a Linear layer's backward in a ZeRO block does). GB/s of dy read.
+void BM_BiasGradient(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), cols = state.range(1);
+  const DType dt = dtype_arg(state.range(2));
+  const Tensor dy = random_tensor({rows, cols}, dt, 1), grad = Tensor::zeros({cols});
+  kernels::add_column_sums(dy, grad);  // warm-up
+  for (auto _ : state) {
+    kernels::add_column_sums(dy, grad);
+    sync();
+  }
+  report_bytes(state, static_cast<double>(dy.nbytes()), dtype_name(dt));
+}
+
+// The GPT-2 XL block's bias widths at batch 16 x 1024 in bf16 (a small pair on the host).
+void bias_shapes(benchmark::internal::Benchmark* b) {
+  if (memory::is_host()) b->Args({4096, 768, 1});
+  else
+    for (std::int64_t cols : {1600, 4800, 6400}) b->Args({16 * 1024, cols, 1});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
 // GPT-2 small's MLP; on a GPU also the four projections of a GPT-2 XL block at batch 16 x 1024
 // (QKV, attention output, MLP in, MLP out) in bf16 with their biases.
 void linear_shapes(benchmark::internal::Benchmark* b) {
@@ -257,6 +297,8 @@ void copy_bytes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(gemm_shapes);
 BENCHMARK(BM_VendorGemm)->Apply(vendor_shapes);
 BENCHMARK(BM_LinearForwardBackward)->Apply(linear_shapes);
+BENCHMARK(BM_LinearForward)->Apply(linear_shapes);
+BENCHMARK(BM_BiasGradient)->Apply(bias_shapes);
 BENCHMARK(BM_Copy)->Apply(copy_bytes);
 BENCHMARK(BM_Gelu)->Apply(element_counts);
 BENCHMARK(BM_CastF32ToBf16)->Arg(std::int64_t(1) << 20)->Arg(std::int64_t(1) << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();
