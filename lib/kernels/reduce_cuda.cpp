@@ -1,8 +1,16 @@
-// CUDA side of the multi-tensor sum of squares (reduce.cpp's global_l2_norm, fast_path.hpp): one
-// launch over a table of tensors, as AdamW's kernel does. Each block sums the squares of 8192
-// consecutive elements of one tensor (16-byte loads, f32 accumulation, warp shuffles, then the
-// warps in order) into its own partial; one more block adds the partials in a fixed order. No
-// atomics: the result is the same on every run.
+// CUDA side of reduce.cpp's reductions (fast_path.hpp). No atomics anywhere: partials are added in a
+// fixed order, so every result is the same on every run.
+//
+// Multi-tensor sum of squares (global_l2_norm): one launch over a table of tensors, as AdamW's
+// kernel does. Each block sums the squares of 8192 consecutive elements of one tensor (16-byte
+// loads, f32 accumulation, warp shuffles, then the warps in order) into its own partial; one more
+// block adds the partials.
+//
+// Column sums (a bias gradient: dy [tokens, features] summed over tokens): a block takes 32
+// 16-byte column packs of a chunk of rows, 8 rows at a time, into f32; a second kernel adds each
+// column's chunk partials in order into the output.
+#include <algorithm>
+
 #include "cuda_common.hpp"
 #include "fast_path.hpp"
 
@@ -110,7 +118,94 @@ void launch(const void* const* data, const std::int64_t* end, int count, float* 
   check_launch();
 }
 
+constexpr int kColumnPacks = 32;  // 16-byte column packs a block covers (threadIdx.x)
+constexpr int kRowLanes = 8;      // rows a block reads at once (threadIdx.y)
+constexpr int kMinChunkRows = 64;
+
+// partial[chunk][c] = the sum of x[r][c] over the chunk's rows, for the block's columns.
+template <class T>
+__global__ void __launch_bounds__(kColumnPacks* kRowLanes)
+    column_partials_kernel(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, std::int64_t chunk_rows,
+                           float* __restrict__ partial) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  constexpr int kBlockCols = kColumnPacks * kVec;
+  const std::int64_t first_col = static_cast<std::int64_t>(blockIdx.x) * kBlockCols;
+  const std::int64_t col = first_col + static_cast<std::int64_t>(threadIdx.x) * kVec;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.y) * chunk_rows;
+  const std::int64_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+  float acc[kVec] = {};
+  if (col < cols) {
+#pragma unroll 4
+    for (std::int64_t r = begin + threadIdx.y; r < end; r += kRowLanes) {
+      float v[kVec];
+      load<kVec>(x + r * cols + col, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] += v[k];
+    }
+  }
+  __shared__ float lanes[kRowLanes][kBlockCols];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) lanes[threadIdx.y][threadIdx.x * kVec + k] = acc[k];
+  __syncthreads();
+  for (int c = threadIdx.y * kColumnPacks + threadIdx.x; c < kBlockCols; c += kColumnPacks * kRowLanes) {
+    if (first_col + c >= cols) break;
+    float sum = 0.0f;
+#pragma unroll
+    for (int lane = 0; lane < kRowLanes; ++lane) sum += lanes[lane][c];
+    partial[static_cast<std::int64_t>(blockIdx.y) * cols + first_col + c] = sum;
+  }
+}
+
+// out[c] += the sum of partial[chunk][c] over the chunks, in order.
+template <class O>
+__global__ void add_column_partials_kernel(const float* __restrict__ partial, std::int64_t chunks, std::int64_t cols,
+                                           O* __restrict__ out) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float sum = 0.0f;
+  for (std::int64_t k = 0; k < chunks; ++k) sum += partial[k * cols + c];
+  out[c] = from_float<O>(to_float(out[c]) + sum);
+}
+
+template <class T, class O>
+void launch_column_sums(const T* x, std::int64_t rows, std::int64_t cols, O* out) {
+  constexpr int kBlockCols = kColumnPacks * static_cast<int>(16 / sizeof(T));
+  const std::int64_t col_blocks = (cols + kBlockCols - 1) / kBlockCols;
+  // Enough blocks to fill the device about eight times over, each on at least 64 rows.
+  const std::int64_t wanted = std::max<std::int64_t>(1, 8 * sm_count() / col_blocks);
+  const std::int64_t chunks = std::max<std::int64_t>(1, std::min(wanted, rows / kMinChunkRows));
+  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const Tensor partial = Tensor::empty({chunks, cols}, DType::f32);
+  column_partials_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks)),
+                              dim3(kColumnPacks, kRowLanes), 0, stream()>>>(x, rows, cols, chunk_rows,
+                                                                            partial.data_as<float>());
+  check_launch();
+  constexpr int kThreadsPerColumnBlock = 256;
+  add_column_partials_kernel<O><<<static_cast<unsigned>((cols + kThreadsPerColumnBlock - 1) / kThreadsPerColumnBlock),
+                                  kThreadsPerColumnBlock, 0, stream()>>>(partial.data_as<float>(), chunks, cols, out);
+  check_launch();
+}
+
+template <class T>
+void column_sums_into(const Tensor& x, const Tensor& out) {
+  const T* px = static_cast<const T*>(x.data());
+  if (out.dtype() == DType::f32) launch_column_sums<T, float>(px, x.size(0), x.size(1), out.data_as<float>());
+  else launch_column_sums<T, T>(px, x.size(0), x.size(1), static_cast<T*>(out.data()));
+}
+
 }  // namespace
+
+bool add_column_sums(const Tensor& x, const Tensor& out) {
+  if (!available() || !x.is_contiguous() || x.dim() != 2 || x.numel() == 0 || x.size(0) >= 0x7fffffff) return false;
+  const std::int64_t vec = 16 / static_cast<std::int64_t>(dtype_size(x.dtype()));
+  if (x.size(1) % vec != 0 || !aligned16(x.data())) return false;
+  switch (x.dtype()) {
+    case DType::f32: column_sums_into<float>(x, out); return true;
+    case DType::bf16: column_sums_into<bf16_t>(x, out); return true;
+    case DType::f16: column_sums_into<f16_t>(x, out); return true;
+    default: return false;
+  }
+}
 
 bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, float* result) {
   if (!available() || count > kMaxTensors || (count > 0 && end[count - 1] / kChunk >= 0x7fffffff)) return false;

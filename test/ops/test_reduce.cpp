@@ -112,10 +112,12 @@ TEST(Reduce, SixteenBitDataAccumulatesInF32) {
 
 // A bias gradient added straight into a gradient buffer: earlier values plus the column sums, for
 // short columns (one thread each) and long ones (row chunks), into f32 from 16-bit data without a
-// 16-bit rounding, and into a buffer of the data's own dtype.
+// 16-bit rounding, and into a buffer of the data's own dtype. Widths that are a multiple of 16
+// bytes take the CUDA build's 16-byte column kernel (264: a block of 256 bf16 columns and a part
+// of one; 1600 over 70 rows: one chunk); the others its portable one.
 TEST(Reduce, AddColumnSumsIntoAGradientBuffer) {
   std::uint32_t seed = 40;
-  for (const Shape& shape : std::vector<Shape>{{5, 3}, {4099, 17}, {300, 1}})
+  for (const Shape& shape : std::vector<Shape>{{5, 3}, {4099, 17}, {300, 1}, {5000, 264}, {70, 1600}})
     for (DType dt : {DType::f32, DType::bf16}) {
       const std::int64_t rows = shape[0], cols = shape[1];
       const Tensor x = Tensor::from_floats(random_floats(static_cast<std::size_t>(rows * cols), seed++), shape, dt);
@@ -135,6 +137,11 @@ TEST(Reduce, AddColumnSumsIntoAGradientBuffer) {
       kernels::add_column_sums(x, into_own);
       expect_near_all(into_own.to_host_floats(), own_ref, 1e-4, testing::roundoff(dt), what + " into " + dtype_name(dt));
     }
+  const Tensor x = random_tensor({5000, 264}, seed, -1.0f, 1.0f, DType::bf16);
+  Tensor once = Tensor::zeros({264}), again = Tensor::zeros({264});
+  kernels::add_column_sums(x, once);
+  kernels::add_column_sums(x, again);
+  EXPECT_EQ(again.to_host_floats(), once.to_host_floats()) << "a fixed summation order";
   EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({4})); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a contiguous [3] output")));
   EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({3}, DType::bf16)); },
