@@ -71,6 +71,10 @@ struct Linear : bmt::Module {
   bmt::Tensor forward(const bmt::Tensor& x) const {
     return bmt::linear(x, weight.gather(), bias.defined() ? bias.gather() : bmt::Tensor());
   }
+  // residual + forward(x), the bias added with the residual in one pass rather than in the GEMM.
+  bmt::Tensor forward_onto(const bmt::Tensor& residual, const bmt::Tensor& x) const {
+    return bmt::residual_add(residual, bmt::linear(x, weight.gather()), bias.defined() ? bias.gather() : bmt::Tensor());
+  }
 };
 
 // Pre-norm GPT-2 block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
@@ -100,8 +104,14 @@ struct GPT2Block : bmt::Module {
     auto qkv = bmt::split(c_attn.forward(ln_1.forward(x)), {c.dim, c.dim, c.dim}, -1);
     bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], {B, T, H, D}), bmt::reshape(qkv[1], {B, T, H, D}),
                                         bmt::reshape(qkv[2], {B, T, H, D}), true);
-    bmt::Tensor h = bmt::add(x, dropout(attn_proj.forward(bmt::reshape(y, {B, T, c.dim}))));
-    return bmt::add(h, dropout(mlp_proj.forward(bmt::gelu(c_fc.forward(ln_2.forward(h))))));
+    bmt::Tensor h = residual(x, attn_proj, bmt::reshape(y, {B, T, c.dim}));
+    return residual(h, mlp_proj, bmt::gelu(c_fc.forward(ln_2.forward(h))));
+  }
+
+  // x + dropout(proj(y)).
+  bmt::Tensor residual(const bmt::Tensor& x, const Linear& proj, const bmt::Tensor& y) const {
+    if (c.dropout > 0.0f && is_training()) return bmt::add(x, dropout(proj.forward(y)));
+    return proj.forward_onto(x, y);
   }
 
   bmt::Tensor dropout(const bmt::Tensor& x) const {

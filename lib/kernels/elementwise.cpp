@@ -113,6 +113,33 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+void residual_add_into(const Tensor& residual, const Tensor& x, const Tensor& bias, const Tensor& out) {
+  const char* op = "residual_add";
+  require_floating_pair(residual, x, op);
+  BMT_REQUIRE(residual.shape() == x.shape() && x.dim() >= 1,
+              op << ": expected a residual and an input of one shape, found " << to_string(residual.shape()) << " and "
+                 << to_string(x.shape()));
+  BMT_REQUIRE(out.dtype() == x.dtype() && out.shape() == x.shape() && out.is_contiguous() && x.is_contiguous() &&
+                  residual.is_contiguous(),
+              op << ": expected contiguous operands and a contiguous " << dtype_name(x.dtype()) << " "
+                 << to_string(x.shape()) << " output, found " << dtype_name(out.dtype()) << " "
+                 << to_string(out.shape()));
+  const std::int64_t c = x.size(-1);
+  BMT_REQUIRE(!bias.defined() || (bias.dtype() == x.dtype() && bias.shape() == Shape{c} && bias.is_contiguous()),
+              op << ": expected a contiguous bias [" << c << "] in " << dtype_name(x.dtype()) << ", found "
+                 << dtype_name(bias.dtype()) << " " << to_string(bias.shape()));
+  if (out.numel() == 0 || fast::residual_add(out, residual, x, bias)) return;
+  BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
+    T* o = view1<T>(out, op).data();
+    const T* pr = view1<T>(residual, op).data();
+    const T* px = view1<T>(x, op).data();
+    const T* pb = bias.defined() ? view1<T>(bias, op).data() : nullptr;
+    Kokkos::parallel_for("bmt::residual_add", flat_range(out.numel()), KOKKOS_LAMBDA(std::int64_t i) {
+      o[i] = from_f32<T>(to_f32(pr[i]) + to_f32(px[i]) + (pb ? to_f32(pb[i % c]) : 0.0f));
+    });
+  });
+}
+
 Tensor affine(const Tensor& x, float alpha, float beta) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;

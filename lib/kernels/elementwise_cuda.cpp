@@ -46,6 +46,28 @@ struct BinaryF {
 };
 
 template <class T>
+struct ResidualAddF {
+  T* o;
+  const T* residual;
+  const T* x;
+  Operand<T> bias;  // bias.p null: none
+  template <int M>
+  __device__ __forceinline__ void apply(std::int64_t i) const {
+    float r[M], v[M];
+    load<M>(residual + i, r);
+    load<M>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < M; ++k) r[k] += v[k];
+    if (bias.p) {
+      bias.template read<M>(i, v);
+#pragma unroll
+      for (int k = 0; k < M; ++k) r[k] += v[k];
+    }
+    store<M>(o + i, r);
+  }
+};
+
+template <class T>
 struct AffineF {
   T* o;
   const T* x;
@@ -180,6 +202,20 @@ bool binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
       case BinaryOp::sub: binary_typed<T>(out, a, b, pa, pb, SubOp{}); break;
       case BinaryOp::mul: binary_typed<T>(out, a, b, pa, pb, MulOp{}); break;
     }
+  });
+  return true;
+}
+
+bool residual_add(const Tensor& out, const Tensor& residual, const Tensor& x, const Tensor& bias) {
+  if (!available() || !contiguous_same_shape(out, {&residual, &x})) return false;
+  const std::int64_t period = bias.defined() ? bias.numel() : 0;
+  BMT_DISPATCH_FLOAT(x.dtype(), "residual_add", T, {
+    constexpr int N = vec_of<T>();
+    const ResidualAddF<T> f{static_cast<T*>(out.data()),
+                            static_cast<const T*>(residual.data()),
+                            static_cast<const T*>(x.data()),
+                            {bias.defined() ? static_cast<const T*>(bias.data()) : nullptr, period}};
+    launch_apply<N>(x.numel(), all_aligned({f.o, f.residual, f.x, f.bias.p}) && period % N == 0, f);
   });
   return true;
 }

@@ -35,6 +35,8 @@ bool cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
 // Elementwise: every tensor contiguous and of the same shape (no broadcasting) and dtype.
 bool binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
 bool affine(const Tensor& out, const Tensor& x, float alpha, float beta);
+// out = residual + x + bias; bias [C] over the last dimension, or undefined.
+bool residual_add(const Tensor& out, const Tensor& residual, const Tensor& x, const Tensor& bias);
 bool activation_forward(Activation act, const Tensor& out, const Tensor& x);
 bool activation_backward(Activation act, const Tensor& out, const Tensor& x, const Tensor& grad);
 bool swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up);

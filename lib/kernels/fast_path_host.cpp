@@ -23,6 +23,7 @@ bool cross_entropy_backward(const Tensor&, const Tensor&, std::int64_t, const Te
 }
 bool binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool affine(const Tensor&, const Tensor&, float, float) { return false; }
+bool residual_add(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool activation_forward(Activation, const Tensor&, const Tensor&) { return false; }
 bool activation_backward(Activation, const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool swiglu_forward(const Tensor&, const Tensor&, const Tensor&) { return false; }

@@ -6,6 +6,7 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/kernels/reduce.hpp"
+#include "bias_gradient.hpp"
 
 namespace bmt {
 
@@ -128,6 +129,40 @@ class Swiglu final : public autograd::Function {
   Tensor gate_, up_;
 };
 
+// residual + x + bias in one pass. Backward needs nothing from the forward, so the write can wait
+// until the output is read (a block's recompute never reads its output).
+class ResidualAdd final : public autograd::DeferrableFunction {
+ public:
+  std::string name() const override { return "residual_add"; }
+
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
+    const Tensor &residual = in[0], &x = in[1], &bias = in[2];
+    BMT_REQUIRE(residual.defined() && x.defined(), "residual_add: expected a defined residual and input");
+    BMT_REQUIRE(is_floating(x.dtype()) && residual.dtype() == x.dtype() && residual.shape() == x.shape() &&
+                    x.dim() >= 1,
+                "residual_add: expected a residual and an input of one shape and floating dtype, found "
+                    << dtype_name(residual.dtype()) << " " << to_string(residual.shape()) << " and "
+                    << dtype_name(x.dtype()) << " " << to_string(x.shape()));
+    BMT_REQUIRE(!bias.defined() || (bias.dtype() == x.dtype() && bias.shape() == Shape{x.size(-1)}),
+                "residual_add: expected bias [" << x.size(-1) << "] in " << dtype_name(x.dtype()) << ", found "
+                                                << dtype_name(bias.dtype()) << " " << to_string(bias.shape()));
+    return {Tensor::empty(x.shape(), x.dtype())};
+  }
+
+  void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
+    kernels::residual_add_into(contiguous(in[0]), contiguous(in[1]), in[2].defined() ? contiguous(in[2]) : Tensor(),
+                               out[0]);
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor g = contiguous(grads[0]);
+    Tensor db;
+    if (needs_input_grad(2)) db = bias_gradient(*this, 2, g.view({g.numel() / g.size(-1), g.size(-1)}));
+    return {needs_input_grad(0) ? g : Tensor(), needs_input_grad(1) ? g : Tensor(), db};
+  }
+};
+
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
   BMT_REQUIRE(a.defined() && b.defined(), binary_name(op) << ": expected two defined tensors");
   return autograd::call<Binary>({a, b}, op)[0];
@@ -146,5 +181,9 @@ Tensor gelu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activati
 Tensor silu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activation::silu)[0]; }
 Tensor relu(const Tensor& x) { return autograd::call<ActivationFn>({x}, Activation::relu)[0]; }
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return autograd::call<Swiglu>({gate, up})[0]; }
+
+Tensor residual_add(const Tensor& residual, const Tensor& x, const Tensor& bias) {
+  return autograd::call<ResidualAdd>({residual, x, bias})[0];
+}
 
 }  // namespace bmt

@@ -10,6 +10,7 @@
 #include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/kernels/gemm.hpp"
 #include "bmtrain/kernels/reduce.hpp"
+#include "bias_gradient.hpp"
 
 namespace bmt {
 
@@ -217,14 +218,7 @@ class Linear final : public autograd::DeferrableFunction {
       else
         dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
     }
-    if (needs_input_grad(2)) {
-      // Likewise the bias: its column sums added into its gradient buffer, in f32 when that is.
-      const Tensor rows = g.view({dy.rows, w_.rows});
-      const Tensor target = leaf_gradient(2);
-      if (target.defined() && (target.dtype() == g.dtype() || target.dtype() == DType::f32))
-        kernels::add_column_sums(rows, target);
-      else db = kernels::sum_dim(rows, 0, false);
-    }
+    if (needs_input_grad(2)) db = bias_gradient(*this, 2, g.view({dy.rows, w_.rows}));
     return {dx, dw, db};
   }
   void release_saved() override { x_ = w_ = MatrixBatch(); }

@@ -117,6 +117,24 @@ TEST(OutputsOnDemand, LinearAndAddMatchTheImmediateResult) {
   EXPECT_EQ(writes, 2) << "reading the add wrote its operands";
 }
 
+// residual_add too: nothing is written until its output is read, then the same values.
+TEST(OutputsOnDemand, ResidualAddWaitsForAReader) {
+  const Tensor w = Tensor::from_floats({0.5f, -1, 2, 1, 0, -0.25f, 3, 1, 1}, {3, 3});
+  const Tensor b = Tensor::from_floats({0.25f, -0.5f, 1}, {3});
+  Tensor x = input();
+  int writes = 0;
+  const Tensor now = residual_add(doubled(x, &writes), linear(x, w), b);
+  Tensor later;
+  {
+    autograd::OutputsOnDemandGuard on_demand;
+    later = residual_add(doubled(x, &writes), linear(x, w), b);
+  }
+  EXPECT_EQ(writes, 1) << "nothing read yet";
+  EXPECT_TRUE(later.storage()->has_pending_write());
+  EXPECT_EQ(later.to_host_floats(), now.to_host_floats());
+  EXPECT_EQ(writes, 2);
+}
+
 // A Function that saves an input for backward reads it: the input is written then.
 TEST(OutputsOnDemand, SavingAnInputWritesIt) {
   const Tensor w = Tensor::from_floats({0.5f, -1, 2, 1, 0, -0.25f}, {2, 3});

@@ -217,6 +217,42 @@ TEST(Elementwise, HalfPrecisionMatchesF32Path) {
   }
 }
 
+// residual + x + bias in one pass: against float64 (f32) and against two adds (bf16, which round
+// twice where residual_add rounds once), gradients against finite differences, and the bias
+// gradient added into an existing f32 buffer. Widths of 64 take the CUDA build's 16-byte path, 33
+// its element-wise one; no bias is a plain sum.
+TEST(Elementwise, ResidualAddIsResidualPlusInputPlusBias) {
+  for (const std::int64_t c : {64, 33}) {
+    const Shape shape{2, 5, c};
+    const Tensor r = random_tensor(shape, 30), x = random_tensor(shape, 31), b = random_tensor({c}, 32);
+    const auto rv = r.to_host_floats(), xv = x.to_host_floats(), bv = b.to_host_floats();
+    std::vector<double> ref(rv.size()), ref_no_bias(rv.size());
+    for (std::size_t i = 0; i < rv.size(); ++i) {
+      ref_no_bias[i] = static_cast<double>(rv[i]) + xv[i];
+      ref[i] = ref_no_bias[i] + bv[i % static_cast<std::size_t>(c)];
+    }
+    const std::string width = " C=" + std::to_string(c);
+    expect_near_all(residual_add(r, x, b).to_host_floats(), ref, 1e-6, 1e-6, "f32" + width);
+    expect_near_all(residual_add(r, x).to_host_floats(), ref_no_bias, 1e-6, 1e-6, "no bias" + width);
+    const Tensor r16 = to(r, DType::bf16), x16 = to(x, DType::bf16), b16 = to(b, DType::bf16);
+    const auto twice = add(add(r16, x16), b16).to_host_floats();
+    expect_near_all(residual_add(r16, x16, b16).to_host_floats(), testing::to_double(twice), 1e-2, 1e-2,
+                    "bf16" + width);
+  }
+  gradcheck([](const std::vector<Tensor>& in) { return residual_add(in[0], in[1], in[2]); },
+            {random_tensor({3, 8}, 33), random_tensor({3, 8}, 34), random_tensor({8}, 35)});
+  // A bias whose gradient buffer exists (as in a ZeRO block) gets the column sums added there.
+  Tensor bias = Tensor::zeros({4}).set_requires_grad(true);
+  bias.set_grad(Tensor::from_floats({1, 2, 3, 4}, {4}));
+  const Tensor g = Tensor::from_floats({1, 0, -1, 2, 0.5f, 0.5f, 1, 1}, {2, 4});
+  residual_add(Tensor::zeros({2, 4}), Tensor::zeros({2, 4}), bias).backward(g);
+  EXPECT_EQ(bias.grad().to_host_floats(), (std::vector<float>{2.5f, 2.5f, 3, 7}));
+  EXPECT_THAT([] { residual_add(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("[2, 3] and f32 [3, 2]")));
+  EXPECT_THAT([] { residual_add(Tensor::zeros({2, 3}), Tensor::zeros({2, 3}), Tensor::zeros({2})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected bias [3] in f32, found f32 [2]")));
+}
+
 TEST(Elementwise, Misuse) {
   const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4}), h = Tensor::zeros({2, 3}, DType::bf16);
   EXPECT_THAT([&] { add(a, b); }, ::testing::ThrowsMessage<Error>(::testing::AllOf(

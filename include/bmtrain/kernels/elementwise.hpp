@@ -21,6 +21,10 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor binary_output(BinaryOp op, const Tensor& a, const Tensor& b);
 // op(a, b) into `out`, a contiguous tensor of binary_output's shape and dtype.
 void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+// out = residual + x + bias, each element rounded once: a residual connection that also adds the
+// bias of the projection x came from. residual, x and out contiguous, of one shape and floating
+// dtype; bias [C] of that dtype (C = the last dimension), or undefined.
+void residual_add_into(const Tensor& residual, const Tensor& x, const Tensor& bias, const Tensor& out);
 // alpha * x + beta.
 Tensor affine(const Tensor& x, float alpha, float beta);
 

@@ -25,4 +25,10 @@ Tensor relu(const Tensor& x);  // gradient 0 at x = 0
 // silu(gate) * up, the Llama MLP's gated activation, in one kernel each way.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 
+// residual + x + bias (bias [C] over the last dimension, or Tensor()) in one pass: a residual
+// connection with the bias of the projection x came from, which then runs without its bias
+// epilogue (that epilogue costs a GEMM more than this pass does). residual and x have one shape and
+// floating dtype, the bias that dtype.
+Tensor residual_add(const Tensor& residual, const Tensor& x, const Tensor& bias = Tensor());
+
 }  // namespace bmt

@@ -1,0 +1,20 @@
+#pragma once
+// The gradient of a bias added to every row: the column sums of the output gradient's rows. Inside
+// a ZeRO block the bias already has an f32 gradient buffer, and the sums are added straight into
+// it (the graph then gets no gradient for the bias); otherwise they are a new tensor.
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/reduce.hpp"
+
+namespace bmt {
+
+// rows: the gradient [rows, features]; input `index` of fn is the bias [features].
+inline Tensor bias_gradient(const autograd::Function& fn, std::size_t index, const Tensor& rows) {
+  const Tensor target = fn.leaf_gradient(index);
+  if (target.defined() && (target.dtype() == rows.dtype() || target.dtype() == DType::f32)) {
+    kernels::add_column_sums(rows, target);
+    return Tensor();
+  }
+  return kernels::sum_dim(rows, 0, false);
+}
+
+}  // namespace bmt
