@@ -158,7 +158,11 @@ class ResidualAdd final : public autograd::DeferrableFunction {
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
     const Tensor g = contiguous(grads[0]);
     Tensor db;
-    if (needs_input_grad(2)) db = bias_gradient(*this, 2, g.view({g.numel() / g.size(-1), g.size(-1)}));
+    if (needs_input_grad(2)) {
+      std::int64_t rows = 1;  // the leading dimensions, flattened
+      for (std::int64_t d = 0; d + 1 < g.dim(); ++d) rows *= g.shape()[d];
+      db = bias_gradient(*this, 2, g.view({rows, g.size(-1)}));
+    }
     return {needs_input_grad(0) ? g : Tensor(), needs_input_grad(1) ? g : Tensor(), db};
   }
 };

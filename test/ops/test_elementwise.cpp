@@ -247,6 +247,12 @@ TEST(Elementwise, ResidualAddIsResidualPlusInputPlusBias) {
   const Tensor g = Tensor::from_floats({1, 0, -1, 2, 0.5f, 0.5f, 1, 1}, {2, 4});
   residual_add(Tensor::zeros({2, 4}), Tensor::zeros({2, 4}), bias).backward(g);
   EXPECT_EQ(bias.grad().to_host_floats(), (std::vector<float>{2.5f, 2.5f, 3, 7}));
+  // Empty rows: an empty output, and a zero bias gradient.
+  Tensor b0 = Tensor::from_floats({1, 2}, {2}).set_requires_grad(true);
+  const Tensor empty = residual_add(Tensor::zeros({0, 2}), Tensor::zeros({0, 2}), b0);
+  EXPECT_EQ(empty.shape(), (Shape{0, 2}));
+  empty.backward(Tensor::zeros({0, 2}));
+  EXPECT_EQ(b0.grad().to_host_floats(), (std::vector<float>{0, 0}));
   EXPECT_THAT([] { residual_add(Tensor::zeros({2, 3}), Tensor::zeros({3, 2})); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("[2, 3] and f32 [3, 2]")));
   EXPECT_THAT([] { residual_add(Tensor::zeros({2, 3}), Tensor::zeros({2, 3}), Tensor::zeros({2})); },
