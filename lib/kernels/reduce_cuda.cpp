@@ -3,8 +3,8 @@
 //
 // Multi-tensor sum of squares (global_l2_norm): one launch over a table of tensors, as AdamW's
 // kernel does. Each block sums the squares of 8192 consecutive elements of one tensor (16-byte
-// loads, f32 accumulation, warp shuffles, then the warps in order) into its own partial; one more
-// block adds the partials.
+// loads, f32 accumulation, a block-wide team_reduce) into its own partial; one more block adds
+// the partials.
 //
 // Column sums (a bias gradient: dy [tokens, features] summed over tokens): a block takes 32
 // 16-byte column packs of a chunk of rows, 8 rows at a time, into f32; a second kernel adds each
@@ -64,15 +64,9 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_cons
     load<1>(p + j, v);
     acc += v[0] * v[0];
   }
-  __shared__ float warps[kThreads / 32];
-  acc = warp_reduce<SumOp>(acc);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w) s += warps[w];
-    partial[b] = s;
-  }
+  __shared__ float buf[32];
+  acc = team_reduce<SumOp>(acc, buf);  // the block is one team
+  if (threadIdx.x == 0) partial[b] = acc;
 }
 
 // *result = the sum of partial[0, n), in the same order every time.
@@ -80,15 +74,9 @@ __global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const float
                                                                    float* result) {
   float acc = 0.0f;
   for (std::int64_t j = threadIdx.x; j < n; j += kFinalThreads) acc += partial[j];
-  __shared__ float warps[kFinalThreads / 32];
-  acc = warp_reduce<SumOp>(acc);
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int w = 0; w < kFinalThreads / 32; ++w) s += warps[w];
-    *result = s;
-  }
+  __shared__ float buf[32];
+  acc = team_reduce<SumOp>(acc, buf);
+  if (threadIdx.x == 0) *result = acc;
 }
 
 template <class T>

@@ -241,12 +241,15 @@ TEST(Elementwise, ResidualAddIsResidualPlusInputPlusBias) {
   }
   gradcheck([](const std::vector<Tensor>& in) { return residual_add(in[0], in[1], in[2]); },
             {random_tensor({3, 8}, 33), random_tensor({3, 8}, 34), random_tensor({8}, 35)});
-  // A bias whose gradient buffer exists (as in a ZeRO block) gets the column sums added there.
-  Tensor bias = Tensor::zeros({4}).set_requires_grad(true);
+  // A bf16 bias whose gradient buffer is f32 (as in a ZeRO block) gets the column sums added there
+  // in f32: 1 + 2^-10 is not a bf16 value, so a bf16 gradient handed to the graph would lose it.
+  Tensor bias = Tensor::zeros({4}, DType::bf16).set_requires_grad(true);
   bias.set_grad(Tensor::from_floats({1, 2, 3, 4}, {4}));
-  const Tensor g = Tensor::from_floats({1, 0, -1, 2, 0.5f, 0.5f, 1, 1}, {2, 4});
-  residual_add(Tensor::zeros({2, 4}), Tensor::zeros({2, 4}), bias).backward(g);
-  EXPECT_EQ(bias.grad().to_host_floats(), (std::vector<float>{2.5f, 2.5f, 3, 7}));
+  const float tiny = 1.0f / 1024;
+  const Tensor g = Tensor::from_floats({1, 0, -1, 2, tiny, tiny, 1, 1}, {2, 4}, DType::bf16);
+  residual_add(Tensor::zeros({2, 4}, DType::bf16), Tensor::zeros({2, 4}, DType::bf16), bias).backward(g);
+  EXPECT_EQ(bias.grad().dtype(), DType::f32);
+  EXPECT_EQ(bias.grad().to_host_floats(), (std::vector<float>{2 + tiny, 2 + tiny, 3, 7}));
   // Empty rows: an empty output, and a zero bias gradient.
   Tensor b0 = Tensor::from_floats({1, 2}, {2}).set_requires_grad(true);
   const Tensor empty = residual_add(Tensor::zeros({0, 2}), Tensor::zeros({0, 2}), b0);
