@@ -251,6 +251,37 @@ inline RowGeometry row_geometry(std::int64_t packs, int packs_per_thread) {
   return g;
 }
 
+// A team's share of row r of a [rows, C] tensor as loaded: thread t takes packs t, t + blockDim.x,
+// ... (nothing past the last row). Row kernels call it for the team's next row before reducing
+// this one, so that two rows' loads are in flight through the reductions' barriers.
+template <int kVec, int kPacks, class T>
+__device__ __forceinline__ void load_row_packs(const T* __restrict__ base, std::int64_t r, std::int64_t rows, int C,
+                                               Raw<kVec, T> (&into)[kPacks]) {
+  if (r >= rows) return;
+  const int packs = C / kVec;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int p = threadIdx.x + k * blockDim.x;
+    if (p < packs) load_raw(base + r * C + p * kVec, into[k]);
+  }
+}
+
+// Blocks of a row kernel that fill the device once; its blocks walk the remaining rows.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads, std::size_t shared) {
+  int per_sm = 0;
+  BMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
+  return sm_count() * std::max(1, per_sm);
+}
+
+// Blocks for `rows` rows in teams of g: one per team group, at most a device-full.
+template <class Kernel>
+int row_blocks(Kernel kernel, std::int64_t rows, const RowGeometry& g, std::size_t shared = 0) {
+  const std::int64_t needed = (rows + g.teams - 1) / g.teams;
+  return static_cast<int>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>(needed, resident_blocks(kernel, g.threads * g.teams, shared))));
+}
+
 template <int K, int kMax, class Launch>
 bool dispatch_packs(int need, const RowGeometry& g, Launch& launch) {
   if constexpr (K >= kMax) {

@@ -22,40 +22,52 @@ using namespace cuda;
 constexpr int kForwardValues = 32;   // elements of x a thread keeps in forward
 constexpr int kBackwardValues = 16;  // ... in backward, where x, dy and two column sums are kept
 
-// Three blocks of the widest team per multiprocessor caps a thread at 40 registers: a row of a
-// 2-byte type kept as loaded in 16-byte packs fits, and blocks of 256 threads run six to a
-// multiprocessor instead of four.
+// Two blocks of the widest team per multiprocessor cap a thread at 64 registers: two rows of a
+// 2-byte type kept as loaded in 16-byte packs (this one and the next) fit, and blocks of 256
+// threads run four to a multiprocessor.
 template <class T, int kVec>
 constexpr int norm_forward_min_blocks() {
-  return sizeof(T) == 2 && kVec > 1 ? 3 : 1;
+  return sizeof(T) == 2 && kVec > 1 ? 2 : 1;
 }
 
+// A block per resident slot walks its rows `stride` apart. With 16-byte packs each thread starts
+// loading its packs of the team's next row before reducing this one, so that two rows' loads are
+// in flight through the reductions' barriers (a block that loaded one row and then sat in its
+// reductions left the memory system idle: 55% of the copy rate at GPT-2 XL's width, 71% with the
+// next row in flight). Element-wise packs (rows off a 16-byte boundary) load in place.
 template <class T, int kVec, int kPacks, bool kCentered>
 __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kVec>())
     norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                         float* __restrict__ mean, float* __restrict__ rstd, std::int64_t rows, int C, float eps) {
+  constexpr bool kPrefetch = kVec > 1;
   __shared__ float buf[kMaxTeamsPerBlock * 32];
   const int packs = C / kVec;
   const float inv_c = 1.0f / static_cast<float>(C);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
+  Raw<kVec, T> next[kPacks] = {};  // kPrefetch: the team's next row
+  std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
+  if (kPrefetch) load_row_packs(x, base + threadIdx.y, rows, C, next);
   // Whole blocks step together (uniform trip count), since team_reduce synchronizes the block.
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
-       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+  for (; base < rows; base += stride) {
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
-    const T* xr = x + (active ? r : 0) * C;
     Raw<kVec, T> v[kPacks];  // the row as loaded, widened to floats where each pass uses it
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) v[k] = next[k];
+      load_row_packs(x, r + stride, rows, C, next);
+    } else {
+      load_row_packs(x, r, rows, C, v);
+    }
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (active && p < packs) {
-        load_raw(xr + p * kVec, v[k]);
         float f[kVec];
         unpack(v[k], f);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sum += f[j];
-      } else {
-        v[k] = Raw<kVec, T>{};  // zeros
       }
     }
     float mu = 0.0f;
@@ -63,7 +75,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
-      if (threadIdx.x + k * blockDim.x < packs) {
+      if (active && threadIdx.x + k * blockDim.x < packs) {
         refresh(v[k]);
         float f[kVec];
         unpack(v[k], f);
@@ -124,6 +136,24 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) aw[k][j] = ab[k][j] = 0.0f;
+  // A 2-byte type's thread keeps its columns of the weight as loaded: every row uses the same ones
+  // (reloading them twice a row cost 15% at GPT-2 XL's width). An f32 thread's registers are full
+  // with x, dy and the column sums, so it reloads them from cache.
+  constexpr bool kKeepWeight = sizeof(T) == 2;
+  Raw<kVec, T> wr[kKeepWeight ? kPacks : 1] = {};
+  if constexpr (kKeepWeight) {
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int p = threadIdx.x + k * blockDim.x;
+      if (w && p < packs) load_raw(w + p * kVec, wr[k]);
+    }
+  }
+  auto weight = [&](int k, int p, float(&wv)[kVec]) {
+    if constexpr (kKeepWeight)
+      unpack(wr[k], wv);
+    else
+      load<kVec>(w + p * kVec, wv);
+  };
 
   // A team's rows come `stride` apart. Each thread keeps its packs of x and dy as loaded, and
   // starts loading the next row's before working on this one, so that two rows' loads are in
@@ -132,15 +162,9 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   Raw<kVec, T> next_x[kPacks] = {}, next_dy[kPacks] = {};
   float next_mu = 0.0f, next_rs = 0.0f;
   auto fetch = [&](std::int64_t r) {
+    load_row_packs(x, r, rows, C, next_x);
+    load_row_packs(dy, r, rows, C, next_dy);
     if (r >= rows) return;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int p = threadIdx.x + k * blockDim.x;
-      if (p < packs) {
-        load_raw(x + r * C + p * kVec, next_x[k]);
-        load_raw(dy + r * C + p * kVec, next_dy[k]);
-      }
-    }
     if (kCentered) next_mu = mean[r];
     next_rs = rstd[r];
   };
@@ -167,7 +191,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
         unpack(xr[k], xh);
         unpack(dyr[k], d);
         float wv[kVec];
-        if (w) load<kVec>(w + p * kVec, wv);
+        if (w) weight(k, p, wv);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           xh[j] = (xh[j] - mu) * rs;
@@ -194,7 +218,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
       unpack(dyr[k], g);
       if (w) {
         float wv[kVec];
-        load<kVec>(w + p * kVec, wv);
+        weight(k, p, wv);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) g[j] *= wv[j];
       }
@@ -286,9 +310,8 @@ bool forward_launch(const Tensor& x, const Tensor& weight, const Tensor& bias, f
                     const Tensor& mean, const Tensor& rstd, std::int64_t rows, int C) {
   return launch_row<kForwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
     constexpr int kPacks = decltype(packs)::value;
-    const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
-    const int blocks = static_cast<int>(std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * 64));
-    norm_forward_kernel<T, kVec, kPacks, kCentered><<<blocks, dim3(g.threads, g.teams), 0, stream()>>>(
+    auto kernel = norm_forward_kernel<T, kVec, kPacks, kCentered>;
+    kernel<<<row_blocks(kernel, rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
         static_cast<const T*>(x.data()), ptr_or_null<T>(weight), ptr_or_null<T>(bias), static_cast<T*>(y.data()),
         mut_ptr_or_null<float>(mean), static_cast<float*>(rstd.data()), rows, C, eps);
     check_launch();
@@ -307,11 +330,7 @@ bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     const std::size_t shared = want_columns && g.teams > 1 ? 2 * static_cast<std::size_t>(C) * sizeof(float) : 0;
     // One block per resident slot: every block's column sums cost a partial row, so no more blocks
     // than fill the device once.
-    int per_sm = 0;
-    BMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads * g.teams, shared));
-    const std::int64_t blocks_needed = (rows + g.teams - 1) / g.teams;
-    const int blocks = static_cast<int>(std::max<std::int64_t>(
-        1, std::min<std::int64_t>(blocks_needed, std::int64_t(sm_count()) * std::max(1, per_sm))));
+    const int blocks = row_blocks(kernel, rows, g, shared);
     Tensor partial = want_columns ? Tensor::empty({2, blocks, C}, DType::f32) : Tensor();
     float* pw = dweight.defined() ? partial.data_as<float>() : nullptr;
     float* pb = dbias.defined() ? partial.data_as<float>() + static_cast<std::int64_t>(blocks) * C : nullptr;

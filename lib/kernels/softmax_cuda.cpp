@@ -1,6 +1,8 @@
 // CUDA side of softmax over the last dimension (fast_path.hpp): a team of threads per row (as in
 // norm_cuda.cpp), the row held in registers between the max, the sum of exponentials and the
-// normalized write, so x is read once and y written once; backward reads y and dy once each.
+// normalized write, so x is read once and y written once; backward reads y and dy once each. A
+// block per resident slot walks its rows, and with 16-byte packs each thread loads the team's next
+// row while it reduces this one (load_row_packs).
 #include "cuda_common.hpp"
 #include "fast_path.hpp"
 
@@ -16,20 +18,31 @@ constexpr int kBackwardValues = 16;  // ... of y and of dy
 template <class T, int kVec, int kPacks>
 __global__ void __launch_bounds__(kMaxTeamThreads)
     softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ y, std::int64_t rows, int C) {
+  constexpr bool kPrefetch = kVec > 1;
   __shared__ float buf[kMaxTeamsPerBlock * 32];
   const int packs = C / kVec;
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
-       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
+  Raw<kVec, T> next[kPacks] = {};  // kPrefetch: the team's next row
+  std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
+  if (kPrefetch) load_row_packs(x, base + threadIdx.y, rows, C, next);
+  for (; base < rows; base += stride) {  // uniform trip count: team_reduce synchronizes the block
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
-    const std::int64_t off = (active ? r : 0) * C;
+    Raw<kVec, T> row[kPacks];
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) row[k] = next[k];
+      load_row_packs(x, r + stride, rows, C, next);
+    } else {
+      load_row_packs(x, r, rows, C, row);
+    }
     float v[kPacks][kVec];
     float m = MaxOp::identity();
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (active && p < packs) {
-        load<kVec>(x + off + p * kVec, v[k]);
+        unpack(row[k], v[k]);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) m = MaxOp::apply(m, v[k][j]);
       }
@@ -48,13 +61,14 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     }
     const float inv = 1.0f / team_reduce<SumOp>(sum, buf);
     if (!active) continue;
+    T* yr = y + r * C;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (p >= packs) continue;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) v[k][j] *= inv;
-      store<kVec>(y + off + p * kVec, v[k]);
+      store<kVec>(yr + p * kVec, v[k]);
     }
   }
 }
@@ -65,27 +79,47 @@ __global__ void __launch_bounds__(kMaxTeamThreads) softmax_backward_kernel(const
                                                                            const T* __restrict__ dy,
                                                                            T* __restrict__ dx, std::int64_t rows,
                                                                            int C) {
+  constexpr bool kPrefetch = kVec > 1;
   __shared__ float buf[kMaxTeamsPerBlock * 32];
   const int packs = C / kVec;
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y; base < rows;
-       base += static_cast<std::int64_t>(gridDim.x) * blockDim.y) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
+  Raw<kVec, T> next_y[kPacks] = {}, next_dy[kPacks] = {};  // kPrefetch: the team's next row
+  std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
+  if (kPrefetch) {
+    load_row_packs(y, base + threadIdx.y, rows, C, next_y);
+    load_row_packs(dy, base + threadIdx.y, rows, C, next_dy);
+  }
+  for (; base < rows; base += stride) {
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
-    const std::int64_t off = (active ? r : 0) * C;
+    Raw<kVec, T> yr[kPacks], gr[kPacks];
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        yr[k] = next_y[k];
+        gr[k] = next_dy[k];
+      }
+      load_row_packs(y, r + stride, rows, C, next_y);
+      load_row_packs(dy, r + stride, rows, C, next_dy);
+    } else {
+      load_row_packs(y, r, rows, C, yr);
+      load_row_packs(dy, r, rows, C, gr);
+    }
     float yv[kPacks][kVec], gv[kPacks][kVec];
     float dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
       if (active && p < packs) {
-        load<kVec>(y + off + p * kVec, yv[k]);
-        load<kVec>(dy + off + p * kVec, gv[k]);
+        unpack(yr[k], yv[k]);
+        unpack(gr[k], gv[k]);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) dot += gv[k][j] * yv[k][j];
       }
     }
     dot = team_reduce<SumOp>(dot, buf);
     if (!active) continue;
+    T* dxr = dx + r * C;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
       const int p = threadIdx.x + k * blockDim.x;
@@ -93,21 +127,17 @@ __global__ void __launch_bounds__(kMaxTeamThreads) softmax_backward_kernel(const
       float o[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) o[j] = yv[k][j] * (gv[k][j] - dot);
-      store<kVec>(dx + off + p * kVec, o);
+      store<kVec>(dxr + p * kVec, o);
     }
   }
-}
-
-int row_blocks(std::int64_t rows, const RowGeometry& g) {
-  return static_cast<int>(std::min<std::int64_t>((rows + g.teams - 1) / g.teams, std::int64_t(sm_count()) * 64));
 }
 
 template <class T, int kVec>
 bool forward_launch(const Tensor& x, const Tensor& y, std::int64_t rows, int C) {
   return launch_row<kForwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
-    softmax_forward_kernel<T, kVec, decltype(packs)::value>
-        <<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(static_cast<const T*>(x.data()),
-                                                                        static_cast<T*>(y.data()), rows, C);
+    auto kernel = softmax_forward_kernel<T, kVec, decltype(packs)::value>;
+    kernel<<<row_blocks(kernel, rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
+        static_cast<const T*>(x.data()), static_cast<T*>(y.data()), rows, C);
     check_launch();
     return true;
   });
@@ -116,8 +146,8 @@ bool forward_launch(const Tensor& x, const Tensor& y, std::int64_t rows, int C) 
 template <class T, int kVec>
 bool backward_launch(const Tensor& y, const Tensor& dy, const Tensor& dx, std::int64_t rows, int C) {
   return launch_row<kBackwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
-    softmax_backward_kernel<T, kVec, decltype(packs)::value>
-        <<<row_blocks(rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
+    auto kernel = softmax_backward_kernel<T, kVec, decltype(packs)::value>;
+    kernel<<<row_blocks(kernel, rows, g), dim3(g.threads, g.teams), 0, stream()>>>(
             static_cast<const T*>(y.data()), static_cast<const T*>(dy.data()), static_cast<T*>(dx.data()), rows, C);
     check_launch();
     return true;

@@ -159,6 +159,7 @@ TEST(KernelPaths, NormsWithoutAffineOffsetOrDx) {
       run_norm(centered, 70, 768, dt, true, 0, false, seed++);  // parameter gradients only
       run_norm(centered, 1, 1600, dt, true, 0, true, seed++);   // a single row
       run_norm(centered, 3000, 64, dt, true, 0, true, seed++);  // many rows: many blocks' column sums
+      run_norm(centered, 20000, 64, dt, true, 0, true, seed++);  // more rows than resident teams: each walks several
     }
 }
 
