@@ -266,6 +266,22 @@ __device__ __forceinline__ void load_row_packs(const T* __restrict__ base, std::
   }
 }
 
+// row = the team's packs of row r. With kPrefetch they were loaded into `next` on the previous
+// step (or before the loop) and the loads of row r + stride are issued into `next` now; without it
+// row r is loaded in place.
+template <bool kPrefetch, int kVec, int kPacks, class T>
+__device__ __forceinline__ void take_row_packs(const T* __restrict__ base, std::int64_t r, std::int64_t stride,
+                                               std::int64_t rows, int C, Raw<kVec, T> (&row)[kPacks],
+                                               Raw<kVec, T> (&next)[kPacks]) {
+  if constexpr (kPrefetch) {
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) row[k] = next[k];
+    load_row_packs(base, r + stride, rows, C, next);
+  } else {
+    load_row_packs(base, r, rows, C, row);
+  }
+}
+
 // Blocks of a row kernel that fill the device once; its blocks walk the remaining rows.
 template <class Kernel>
 int resident_blocks(Kernel kernel, int threads, std::size_t shared) {

@@ -52,13 +52,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     Raw<kVec, T> v[kPacks];  // the row as loaded, widened to floats where each pass uses it
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) v[k] = next[k];
-      load_row_packs(x, r + stride, rows, C, next);
-    } else {
-      load_row_packs(x, r, rows, C, v);
-    }
+    take_row_packs<kPrefetch>(x, r, stride, rows, C, v, next);
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {

@@ -29,13 +29,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     Raw<kVec, T> row[kPacks];
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) row[k] = next[k];
-      load_row_packs(x, r + stride, rows, C, next);
-    } else {
-      load_row_packs(x, r, rows, C, row);
-    }
+    take_row_packs<kPrefetch>(x, r, stride, rows, C, row, next);
     float v[kPacks][kVec];
     float m = MaxOp::identity();
 #pragma unroll
@@ -93,18 +87,8 @@ __global__ void __launch_bounds__(kMaxTeamThreads) softmax_backward_kernel(const
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     Raw<kVec, T> yr[kPacks], gr[kPacks];
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        yr[k] = next_y[k];
-        gr[k] = next_dy[k];
-      }
-      load_row_packs(y, r + stride, rows, C, next_y);
-      load_row_packs(dy, r + stride, rows, C, next_dy);
-    } else {
-      load_row_packs(y, r, rows, C, yr);
-      load_row_packs(dy, r, rows, C, gr);
-    }
+    take_row_packs<kPrefetch>(y, r, stride, rows, C, yr, next_y);
+    take_row_packs<kPrefetch>(dy, r, stride, rows, C, gr, next_dy);
     float yv[kPacks][kVec], gv[kPacks][kVec];
     float dot = 0.0f;
 #pragma unroll
