@@ -12,10 +12,12 @@
 // operands and writes one.
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/gemm.hpp"
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -104,6 +106,35 @@ void BM_LinearForward(benchmark::State& state) {
     sync();
   }
   report_flops(state, 2.0 * m * n * k, dt);
+}
+
+// A Linear's weight gradient dW [n, k] = dy^T [n, m] x [m, k] (m tokens) as the GEMM alone, two
+// ways: written as a new tensor of the operands' dtype (beta 0), or added into an f32 gradient
+// buffer (f32 output, beta 1), which is how a ZeRO block's layers take theirs.
+void BM_WeightGradient(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const bool into_f32 = state.range(4) != 0;
+  const Tensor x = random_tensor({m, k}, dt, 1), dy = random_tensor({m, n}, dt, 2);
+  const Tensor dw = into_f32 ? Tensor::zeros({n, k}, DType::f32) : Tensor::empty({n, k}, dt);
+  kernels::GemmParams p;
+  p.dtype = dt;
+  p.m = n;
+  p.n = k;
+  p.k = m;
+  p.a = {dy.data(), n, true, 0};  // dy stored [m, n]: read as its transpose
+  p.b = {x.data(), k, false, 0};
+  p.c = dw.data();
+  p.ldc = k;
+  p.beta = into_f32 ? 1.0f : 0.0f;
+  p.f32_output = into_f32 && dt != DType::f32;
+  kernels::gemm(p);  // warm-up: plan made
+  for (auto _ : state) {
+    kernels::gemm(p);
+    sync();
+  }
+  report_flops(state, 2.0 * m * n * k, dt);
+  state.SetLabel(std::string(dtype_name(dt)) + (into_f32 ? ", added into f32" : ", new"));
 }
 
 #ifdef BMT_ENABLE_CUDA
@@ -279,6 +310,19 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// tokens, in, out, dtype, and 0 = a new gradient of the operands' dtype, 1 = added into an f32
+// buffer: the XL block's four weight shapes on a GPU.
+void weight_gradient_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  for (std::int64_t into_f32 : {0, 1}) b->Args({host ? 512 : 4096, 768, 3072, 1, into_f32});
+  if (!host) {
+    const std::int64_t tokens = 16 * 1024, C = 1600;
+    for (const auto& kn : std::vector<std::pair<std::int64_t, std::int64_t>>{{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}})
+      for (std::int64_t into_f32 : {0, 1}) b->Args({tokens, kn.first, kn.second, 1, into_f32});
+  }
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // Elements per tensor: 4 MiB and 64 MiB of f32.
 void element_counts(benchmark::internal::Benchmark* b) {
   for (std::int64_t dt : {0, 1})
@@ -298,6 +342,7 @@ BENCHMARK(BM_Matmul)->Apply(gemm_shapes);
 BENCHMARK(BM_VendorGemm)->Apply(vendor_shapes);
 BENCHMARK(BM_LinearForwardBackward)->Apply(linear_shapes);
 BENCHMARK(BM_LinearForward)->Apply(linear_shapes);
+BENCHMARK(BM_WeightGradient)->Apply(weight_gradient_shapes);
 BENCHMARK(BM_BiasGradient)->Apply(bias_shapes);
 BENCHMARK(BM_Copy)->Apply(copy_bytes);
 BENCHMARK(BM_Gelu)->Apply(element_counts);

@@ -1,9 +1,10 @@
 // CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of threads (one warp for rows up to 1024
 // elements, up to 512 threads for wider ones) owns a row; each thread loads its share with 16-byte
 // loads and keeps it in registers, so the statistics and the normalization read x from memory
-// once. Forward keeps the row as loaded and widens it to f32 in each pass: a bf16 row takes half
-// the registers, so more rows are in flight. Row sums are f32, reduced by warp shuffles (and
-// shared memory across warps) in a fixed order.
+// once. A block per resident slot walks its teams' rows, each thread loading its share of the
+// next row while it reduces this one. Forward keeps the rows as loaded and widens them to f32 in
+// each pass: a bf16 row takes half the registers, so more rows are in flight. Row sums are f32,
+// reduced by warp shuffles (and shared memory across warps) in a fixed order.
 //
 // Backward does dx and the weight/bias gradients in one pass over (x, dy): each thread owns the
 // same columns in every row its team handles and accumulates dweight/dbias for them in registers;
