@@ -6,6 +6,8 @@
 // GEMM: TFLOP/s (2 m n k per product) of bmt::matmul, next to a direct vendor call of the same
 // shape and dtype with no library in between: cblas_sgemm on the host build, cublasLtMatmul on
 // CUDA. The gap is the library's overhead (16-bit widening on the host, plan lookup on CUDA).
+// Linear: forward and backward, the forward alone (what the bias epilogue costs), and the
+// weight-gradient GEMM written new or added into an f32 buffer, TFLOP/s at the XL block's shapes.
 // Bias gradient: GB/s of dy read by its sum over tokens.
 // Elementwise: GB/s of compulsory traffic, next to memory::copy moving the same number of bytes:
 // GELU reads x and writes y, the cast reads 4 and writes 2 bytes per element, add reads two
