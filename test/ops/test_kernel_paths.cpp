@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bmtrain/kernels/basic.hpp"
@@ -177,9 +178,11 @@ TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
 
 TEST(KernelPaths, SoftmaxAtEveryRowWidth) {
   std::uint32_t seed = 200;
+  // 20000 rows of 64: more rows than resident teams, so each team walks several.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{19, 1024}, {19, 4000}, {19, 50}, {19, 20000},
+                                                                     {20000, 64}};
   for (DType dt : kDtypes)
-    for (std::int64_t C : {1024, 4000, 50, 20000}) {
-      const std::int64_t rows = 19;
+    for (const auto& [rows, C] : shapes) {
       const auto xv = rounded_to(random_floats(rows * C, seed++, -4.0f, 4.0f), dt);
       const auto gv = rounded_to(random_floats(rows * C, seed++), dt);
       const Tensor x = make(xv, {rows, C}, dt), y = make_empty({rows, C}, dt);
