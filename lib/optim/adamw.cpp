@@ -18,6 +18,7 @@ using namespace kernels;
 
 struct AdamWStep {
   float lr, grad_scale, beta1, beta2, eps, weight_decay, bias1, bias2;
+  const float* device_scale;  // when set, the scale is read there (GradScale); negative: no update
 };
 
 // One fused pass over [begin, end) of a shard. P is the parameter storage type; `master` aliases
@@ -32,7 +33,9 @@ void adamw_kernel(const Tensor& param, const Tensor& master, const Tensor& grad,
   auto vv = view1<float>(v, "AdamW");
   Kokkos::parallel_for(
       "bmt::adamw", Kokkos::RangePolicy<ExecSpace>(space(), begin, end), KOKKOS_LAMBDA(std::int64_t i) {
-        const float gi = g(i) * h.grad_scale;
+        const float scale = h.device_scale ? *h.device_scale : h.grad_scale;
+        if (scale < 0.0f) return;  // non-finite gradients: the step is skipped
+        const float gi = g(i) * scale;
         const float mi = h.beta1 * mv(i) + (1.0f - h.beta1) * gi;
         const float vi = h.beta2 * vv(i) + (1.0f - h.beta2) * gi * gi;
         mv(i) = mi;
@@ -71,16 +74,23 @@ AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(o
   }
 }
 
-void AdamW::step(float lr, float grad_scale) {
+void AdamW::step(float lr, const GradScale& scale) {
   ++steps_;
   const float bias1 = 1.0f - std::pow(options_.beta1, static_cast<float>(steps_));
   const float bias2 = 1.0f - std::pow(options_.beta2, static_cast<float>(steps_));
-  if (options_.offload) return step_offloaded(lr, grad_scale, bias1, bias2);
+  if (options_.offload) {
+    // The host update needs the scale on the host: a device scale is read here (a wait).
+    const float value = scale.device.defined() ? scale.device.to_host_floats()[0] : scale.value;
+    if (value < 0.0f) return;
+    return step_offloaded(lr, value, bias1, bias2);
+  }
   for (ShardedStorage* s : storages_) s->settle();
   // Every range of every shard, grouped by parameter dtype, goes to the backend's multi-tensor
   // update (a few launches per step on CUDA, where one launch per range would be hundreds); a
   // backend that declines gets the portable per-range kernel.
-  const fused::AdamWScalars scalars{lr, grad_scale, options_.beta1, options_.beta2, options_.eps, bias1, bias2};
+  const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
+  const fused::AdamWScalars scalars{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
+                                    device_scale};
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     std::vector<fused::AdamWRange> group;
     std::vector<std::size_t> members;
@@ -98,7 +108,7 @@ void AdamW::step(float lr, float grad_scale) {
                          r.end - r.begin, r.weight_decay});
     }
     if (members.empty() || fused::adamw_step(dtype, group, scalars)) continue;
-    for (std::size_t k : members) step_device(k, lr, grad_scale, bias1, bias2);
+    for (std::size_t k : members) step_device(k, lr, scale, bias1, bias2);
   }
 }
 
@@ -125,12 +135,14 @@ void AdamW::step_offloaded(float lr, float grad_scale, float bias1, float bias2)
   compute.wait(copies.record());
 }
 
-void AdamW::step_device(std::size_t k, float lr, float grad_scale, float bias1, float bias2) {
+void AdamW::step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2) {
   ShardedStorage& s = *storages_[k];
   State& st = state_[k];
   const Tensor& master = st.master.defined() ? st.master : s.shard();
+  const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
   for (const auto& r : ranges(k)) {
-    const AdamWStep h{lr, grad_scale, options_.beta1, options_.beta2, options_.eps, r.weight_decay, bias1, bias2};
+    const AdamWStep h{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, r.weight_decay, bias1,
+                      bias2, device_scale};
     BMT_DISPATCH_FLOAT(s.dtype(), "AdamW", P, {
       adamw_kernel<P>(s.shard(), master, s.grad_shard(), st.exp_avg, st.exp_avg_sq, r.begin, r.end, h);
     });

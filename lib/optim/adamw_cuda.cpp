@@ -30,7 +30,7 @@ struct Table {
 };
 
 template <class P, int M>
-__device__ __forceinline__ void update(const AdamWRange& r, const AdamWScalars& s, std::int64_t i) {
+__device__ __forceinline__ void update(const AdamWRange& r, const AdamWScalars& s, float grad_scale, std::int64_t i) {
   float g[M], m[M], v[M], w[M];
   load<M>(r.grad + i, g);
   load<M>(r.exp_avg + i, m);
@@ -39,7 +39,7 @@ __device__ __forceinline__ void update(const AdamWRange& r, const AdamWScalars& 
 #pragma unroll
   for (int k = 0; k < M; ++k) {
     // The same expressions as the portable kernel in adamw.cpp.
-    const float gi = g[k] * s.grad_scale;
+    const float gi = g[k] * grad_scale;
     const float mi = s.beta1 * m[k] + (1.0f - s.beta1) * gi;
     const float vi = s.beta2 * v[k] + (1.0f - s.beta2) * gi * gi;
     m[k] = mi;
@@ -55,6 +55,8 @@ __device__ __forceinline__ void update(const AdamWRange& r, const AdamWScalars& 
 
 template <class P>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__ Table t, const AdamWScalars s) {
+  const float grad_scale = s.device_scale ? *s.device_scale : s.grad_scale;
+  if (grad_scale < 0.0f) return;  // non-finite gradients: the step is skipped (uniform over the grid)
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.x);
   int lo = 0, hi = t.count - 1;  // the last range whose first block is <= b
   while (lo < hi) {
@@ -74,9 +76,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
     const std::int64_t i = begin + (static_cast<std::int64_t>(st) * kThreads + threadIdx.x) * 4;
     if (i >= end) break;
     if (packs && i + 4 <= end) {
-      update<P, 4>(r, s, i);
+      update<P, 4>(r, s, grad_scale, i);
     } else {
-      for (std::int64_t j = i; j < end && j < i + 4; ++j) update<P, 1>(r, s, j);
+      for (std::int64_t j = i; j < end && j < i + 4; ++j) update<P, 1>(r, s, grad_scale, j);
     }
   }
 }

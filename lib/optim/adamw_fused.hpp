@@ -24,6 +24,7 @@ struct AdamWRange {
 
 struct AdamWScalars {
   float lr, grad_scale, beta1, beta2, eps, bias1, bias2;
+  const float* device_scale;  // when set, the gradient scale is read there; negative: no update
 };
 
 // Queues the update of every range (parameters of dtype `param_dtype`) on the compute stream;

@@ -5,6 +5,8 @@
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/math.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -13,22 +15,51 @@
 
 namespace bmt::optim {
 
-float global_grad_norm(const std::vector<Optimizer*>& optimizers) {
+Tensor global_grad_norm_squared(const std::vector<Optimizer*>& optimizers) {
   std::vector<Tensor> grads;
   for (auto* o : optimizers) {
     o->settle();
     for (auto& g : o->gradient_shards()) grads.push_back(g);
   }
-  // This rank's norm, squared and summed over ranks on the compute stream's communicator, then one
-  // device-to-host read: the only host wait of a step (step() must decide on the host whether the
-  // update happens). The square of the rank's norm (not its sum of squares) is what is reduced, so
-  // the result is the same float as when the norm was read first and squared on the host.
+  // This rank's norm, squared and summed over ranks on the compute stream's communicator. The
+  // square of the rank's norm (not its sum of squares) is what is reduced, so the result is the
+  // same float as when the norm was read first and squared on the host.
   auto& ctx = context();
   const Tensor local = global_l2_norm(grads);
   const Tensor sq = kernels::binary(kernels::BinaryOp::mul, local, local);
   ctx.world_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
-  return std::sqrt(sq.to_host_floats()[0]);
+  return sq;
 }
+
+float global_grad_norm(const std::vector<Optimizer*>& optimizers) {
+  return std::sqrt(global_grad_norm_squared(optimizers).to_host_floats()[0]);
+}
+
+namespace {
+
+// The gradient scale of a step, on the device, from the squared global norm of the loss-scaled
+// gradients: 1 / loss_scale, times clip / (norm + 1e-6) when the unscaled norm exceeds `clip` (0:
+// no clipping); -1 when the norm is not finite. The same float operations as the host's in step().
+Tensor device_grad_scale(const Tensor& norm_sq, float loss_scale, float clip) {
+  Tensor out = Tensor::empty({1}, DType::f32);
+  auto sq = kernels::view1<float>(norm_sq, "OptimManager");
+  auto scale = kernels::view1<float>(out, "OptimManager");
+  Kokkos::parallel_for(
+      "bmt::grad_scale", Kokkos::RangePolicy<kernels::ExecSpace>(kernels::space(), 0, 1), KOKKOS_LAMBDA(int) {
+        const float scaled_norm = kmath::sqrt(sq(0));
+        if (!kmath::isfinite(scaled_norm)) {
+          scale(0) = -1.0f;
+          return;
+        }
+        const float norm = scaled_norm / loss_scale;
+        float g = 1.0f / loss_scale;
+        if (clip > 0 && norm > clip) g *= clip / (norm + 1e-6f);
+        scale(0) = g;
+      });
+  return out;
+}
+
+}  // namespace
 
 OptimManager::OptimManager(OptimManagerOptions options) : options_(options), loss_scale_(options.loss_scale) {
   BMT_REQUIRE(options.loss_scale > 0, "OptimManager: expected loss_scale > 0, found " << options.loss_scale);
@@ -46,6 +77,7 @@ void OptimManager::add_optimizer(Optimizer& optimizer, LRScheduler* scheduler) {
 void OptimManager::backward(const Tensor& loss) {
   BMT_REQUIRE(loss.defined() && loss.numel() == 1, "OptimManager::backward: expected a scalar loss, found shape "
                                                        << (loss.defined() ? to_string(loss.shape()) : "undefined"));
+  settle();  // a deferred step's outcome may lower the loss scale this backward uses
   // Seeding backward with the factor scales every gradient without another op in the graph.
   const float factor = loss_scale_ / static_cast<float>(options_.accumulation_steps);
   autograd::backward({loss}, {full(loss.shape(), factor, loss.dtype())});
@@ -53,44 +85,104 @@ void OptimManager::backward(const Tensor& loss) {
 
 bool OptimManager::step() {
   BMT_REQUIRE(!optimizers_.empty(), "OptimManager::step: expected at least one optimizer (add_optimizer)");
+  settle();
   timeline::Span span(context().compute_stream(), "optimizer step");
   std::vector<Optimizer*> opts;
-  for (auto& [o, s] : optimizers_) opts.push_back(o);
-  const float scaled_norm = global_grad_norm(opts);
-  last_norm_ = scaled_norm / loss_scale_;
-
-  if (!std::isfinite(scaled_norm)) {
-    ++skipped_;
-    clean_steps_ = 0;
-    if (options_.dynamic_loss_scale) {
-      const float lowered = std::max(options_.min_loss_scale, loss_scale_ / options_.scale_factor);
-      print_rank("gradient overflow at loss scale ", loss_scale_, ": step skipped, scale now ", lowered);
-      loss_scale_ = lowered;
-    } else {
-      BMT_REQUIRE(!options_.stop_on_nonfinite, "non-finite gradients (norm " << scaled_norm
-                                                   << "): expected finite values; stopping as configured");
-      if (rank() == 0) warn("non-finite gradients (norm ", scaled_norm, "): step skipped");
-    }
-    zero_grad();
-    return false;
-  }
-
-  float grad_scale = 1.0f / loss_scale_;
-  if (options_.clip_grad_norm > 0 && last_norm_ > options_.clip_grad_norm)
-    grad_scale *= options_.clip_grad_norm / (last_norm_ + 1e-6f);
   for (auto& [o, s] : optimizers_) {
-    const float lr = s ? s->current_lr() : 0.0f;
     BMT_REQUIRE(s, "OptimManager::step: expected an LR scheduler for " << o->name()
                                                                        << " (add_optimizer(optimizer, scheduler))");
-    last_lr_ = lr;
-    o->step(lr, grad_scale);
+    opts.push_back(o);
+  }
+  const Tensor norm_sq = global_grad_norm_squared(opts);
+  GradScale scale;
+  if (options_.defer_norm_read) {
+    // The device decides the skip and the clipping factor; the host books the outcome at settle().
+    scale.device = device_grad_scale(norm_sq, loss_scale_, options_.clip_grad_norm);
+    pending_norm_sq_ = norm_sq;
+    pending_scale_ = scale.device;
+  } else {
+    // The one host wait of a step without defer_norm_read.
+    const float scaled_norm = std::sqrt(norm_sq.to_host_floats()[0]);
+    if (!conclude(scaled_norm, false)) return false;
+    scale.value = 1.0f / loss_scale_;
+    if (options_.clip_grad_norm > 0 && last_norm_ > options_.clip_grad_norm)
+      scale.value *= options_.clip_grad_norm / (last_norm_ + 1e-6f);
+  }
+  for (auto& [o, s] : optimizers_) {
+    last_lr_ = s->current_lr();
+    o->step(last_lr_, scale);
     s->step();
   }
+  if (!options_.defer_norm_read) raise_scale_after_clean_step();
+  return true;
+}
+
+bool OptimManager::settle() {
+  if (!pending_norm_sq_.defined()) return last_applied_;
+  const float scaled_norm = std::sqrt(pending_norm_sq_.to_host_floats()[0]);
+  pending_norm_sq_ = Tensor();
+  pending_scale_ = Tensor();
+  if (conclude(scaled_norm, true)) raise_scale_after_clean_step();
+  return last_applied_;
+}
+
+bool OptimManager::conclude(float scaled_norm, bool queued) {
+  last_norm_ = scaled_norm / loss_scale_;
+  last_applied_ = std::isfinite(scaled_norm);
+  if (last_applied_) return true;
+  ++skipped_;
+  clean_steps_ = 0;
+  if (queued) {
+    // The update was queued and did nothing (its device scale was negative): take its count back.
+    for (auto& [o, s] : optimizers_) {
+      o->set_step_count(o->step_count() - 1);
+      s->set_step(s->current_step() - 1);
+    }
+  }
+  if (options_.dynamic_loss_scale) {
+    const float lowered = std::max(options_.min_loss_scale, loss_scale_ / options_.scale_factor);
+    print_rank("gradient overflow at loss scale ", loss_scale_, ": step skipped, scale now ", lowered);
+    loss_scale_ = lowered;
+  } else {
+    BMT_REQUIRE(!options_.stop_on_nonfinite, "non-finite gradients (norm " << scaled_norm
+                                                 << "): expected finite values; stopping as configured");
+    if (rank() == 0) warn("non-finite gradients (norm ", scaled_norm, "): step skipped");
+  }
+  zero_grad();
+  return false;
+}
+
+void OptimManager::raise_scale_after_clean_step() {
   if (options_.dynamic_loss_scale && ++clean_steps_ >= options_.scale_window) {
     loss_scale_ *= options_.scale_factor;
     clean_steps_ = 0;
   }
-  return true;
+}
+
+void OptimManager::require_settled(const char* what) const {
+  BMT_REQUIRE(!pending_norm_sq_.defined(), "OptimManager::" << what
+                                               << ": expected a settled step, found one queued with "
+                                                  "defer_norm_read (call settle() first)");
+}
+
+float OptimManager::loss_scale() const {
+  require_settled("loss_scale");
+  return loss_scale_;
+}
+
+int OptimManager::clean_steps() const {
+  require_settled("clean_steps");
+  return clean_steps_;
+}
+
+float OptimManager::last_grad_norm() const {
+  require_settled("last_grad_norm");
+  return last_norm_;
+}
+
+std::int64_t OptimManager::skipped_steps() const {
+  require_settled("skipped_steps");
+  return skipped_;
 }
 
 void OptimManager::zero_grad() {

@@ -12,6 +12,7 @@ using namespace kernels;
 struct SGDStep {
   float lr, grad_scale, momentum, weight_decay;
   bool nesterov;
+  const float* device_scale;  // when set, the scale is read there (GradScale); negative: no update
 };
 
 template <class P>
@@ -23,7 +24,9 @@ void sgd_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, c
   auto b = view1<float>(buf, "SGD");
   Kokkos::parallel_for(
       "bmt::sgd", Kokkos::RangePolicy<ExecSpace>(space(), begin, end), KOKKOS_LAMBDA(std::int64_t i) {
-        const float gi = g(i) * h.grad_scale;
+        const float scale = h.device_scale ? *h.device_scale : h.grad_scale;
+        if (scale < 0.0f) return;  // non-finite gradients: the step is skipped
+        const float gi = g(i) * scale;
         const float bi = h.momentum * b(i) + gi;
         b(i) = bi;
         const float d = h.nesterov ? gi + h.momentum * bi : bi;
@@ -44,14 +47,15 @@ SGD::SGD(Module& model, SGDOptions options) : Optimizer(model), options_(options
   }
 }
 
-void SGD::step(float lr, float grad_scale) {
+void SGD::step(float lr, const GradScale& scale) {
   ++steps_;
+  const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
   for (std::size_t k = 0; k < storages_.size(); ++k) {
     ShardedStorage& s = *storages_[k];
     s.settle();
     const Tensor& master = master_[k].defined() ? master_[k] : s.shard();
     for (const auto& r : ranges(k)) {
-      const SGDStep h{lr, grad_scale, options_.momentum, r.weight_decay, options_.nesterov};
+      const SGDStep h{lr, scale.value, options_.momentum, r.weight_decay, options_.nesterov, device_scale};
       BMT_DISPATCH_FLOAT(s.dtype(), "SGD", P,
                          { sgd_kernel<P>(s.shard(), master, s.grad_shard(), momentum_[k], r.begin, r.end, h); });
     }

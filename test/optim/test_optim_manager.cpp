@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/optim/adamw.hpp"
 #include "bmtrain/optim/optim_manager.hpp"
 #include "bmtrain/optim/sgd.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -147,4 +149,90 @@ TEST(OptimManager, NonFiniteWithoutScalingStopsWhenAsked) {
   manager.zero_grad();
   manager.backward(m.loss(bmt::full({2, kD}, std::numeric_limits<float>::quiet_NaN())));
   EXPECT_THROW(manager.step(), bmt::Error);
+}
+
+namespace {
+
+// Runs `steps` training steps on `m` under `options` (dynamic loss scaling, clipping), step
+// `poisoned` with an infinite input on the last rank; the optimizer is AdamW or SGD with momentum.
+struct TrainingOutcome {
+  std::vector<float> values;
+  std::int64_t optimizer_steps = 0, scheduler_step = 0, skipped = 0;
+  float loss_scale = 0, last_norm = 0;
+};
+
+TrainingOutcome train(bool adamw, bool defer, int steps, int poisoned) {
+  Model m;
+  bmt::init_parameters(m);
+  std::unique_ptr<bmt::optim::Optimizer> opt;
+  if (adamw)
+    opt = std::make_unique<bmt::optim::AdamW>(m);
+  else
+    opt = std::make_unique<bmt::optim::SGD>(m);
+  bmt::optim::LinearLR lr(0.05f, 2, steps);  // a step taken back must take its learning rate back too
+  bmt::optim::OptimManagerOptions o;
+  o.loss_scale = 1024.0f;
+  o.dynamic_loss_scale = true;
+  o.scale_window = 2;
+  o.clip_grad_norm = 0.05f;
+  o.defer_norm_read = defer;
+  bmt::optim::OptimManager manager(o);
+  manager.add_optimizer(*opt, &lr);
+  for (int i = 0; i < steps; ++i) {
+    manager.zero_grad();
+    bmt::Tensor x = input(i);
+    if (i == poisoned && bmt::rank() == bmt::world_size() - 1)
+      x = bmt::full({2, kD}, std::numeric_limits<float>::infinity());
+    manager.backward(m.loss(x));  // settles the previous deferred step first
+    const float scale = manager.loss_scale();
+    const bool applied = manager.step();
+    if (!defer) EXPECT_EQ(applied, i != poisoned) << i;
+    if (defer && i == poisoned) {
+      EXPECT_TRUE(applied);  // queued; the outcome is not known yet
+      EXPECT_THROW(manager.loss_scale(), bmt::Error);
+      EXPECT_FALSE(manager.settle());
+      EXPECT_EQ(manager.loss_scale(), scale / 2);
+    }
+  }
+  manager.settle();
+  return {all_values(m), opt->step_count(), lr.current_step(), manager.skipped_steps(), manager.loss_scale(),
+          manager.last_grad_norm()};
+}
+
+}  // namespace
+
+// defer_norm_read: the device decides the skip and the clipping factor and the host settles the
+// outcome a step later; parameters, optimizer step counts (AdamW's bias correction), the schedule,
+// the loss scale and the norm come out bit for bit as with the host's decision.
+TEST(OptimManager, DeferredNormReadTakesTheSameSteps) {
+  for (bool adamw : {true, false}) {
+    const TrainingOutcome now = train(adamw, false, 6, 2), later = train(adamw, true, 6, 2);
+    const char* what = adamw ? "AdamW" : "SGD";
+    EXPECT_EQ(later.values, now.values) << what;
+    EXPECT_EQ(now.skipped, 1) << what;
+    EXPECT_EQ(later.skipped, now.skipped) << what;
+    EXPECT_EQ(now.optimizer_steps, 5) << what;
+    EXPECT_EQ(later.optimizer_steps, now.optimizer_steps) << what;
+    EXPECT_EQ(later.scheduler_step, now.scheduler_step) << what;
+    EXPECT_EQ(later.loss_scale, now.loss_scale) << what;
+    EXPECT_EQ(later.last_norm, now.last_norm) << what;
+  }
+}
+
+TEST(OptimManager, DeferredNonFiniteStopsWhenSettled) {
+  Model m;
+  bmt::init_parameters(m);
+  bmt::optim::SGD sgd(m);
+  bmt::optim::ConstantLR lr(1.0f, 0);
+  bmt::optim::OptimManagerOptions stop;
+  stop.stop_on_nonfinite = true;
+  stop.defer_norm_read = true;
+  bmt::optim::OptimManager manager(stop);
+  manager.add_optimizer(sgd, &lr);
+  const auto w0 = all_values(m);
+  manager.zero_grad();
+  manager.backward(m.loss(bmt::full({2, kD}, std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(manager.step());
+  EXPECT_THROW(manager.settle(), bmt::Error);
+  EXPECT_EQ(all_values(m), w0);  // the queued update changed nothing
 }

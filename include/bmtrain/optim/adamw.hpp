@@ -23,7 +23,8 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(Module& model, AdamWOptions options = {});
-  void step(float lr, float grad_scale) override;
+  using Optimizer::step;
+  void step(float lr, const GradScale& scale) override;
   std::string name() const override { return options_.offload ? "AdamW (offloaded)" : "AdamW"; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
   void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) override;
@@ -38,7 +39,7 @@ class AdamW final : public Optimizer {
     std::vector<float> host_master, host_m, host_v;
     std::unique_ptr<memory::PinnedBuffer> grad_stage, param_stage;
   };
-  void step_device(std::size_t k, float lr, float grad_scale, float bias1, float bias2);
+  void step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2);
   // Offloaded step: the gradient of storage k+1 is copied to the host while storage k updates.
   void step_offloaded(float lr, float grad_scale, float bias1, float bias2);
   void update_on_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2);

@@ -7,9 +7,20 @@
 #include <vector>
 
 #include "bmtrain/nn/module.hpp"
+#include "bmtrain/tensor/tensor.hpp"
 #include "bmtrain/zero/sharded_storage.hpp"
 
 namespace bmt::optim {
+
+// What every gradient is multiplied by in an update: 1 / loss scale, times the clipping factor.
+// Either `value`, known on the host, or, when `device` is defined, the f32 scalar it holds, written
+// on the device from the step's gradient norm so that the host need not wait for the norm; a
+// negative scalar there marks non-finite gradients, and the update then leaves every parameter and
+// every optimizer state as it was.
+struct GradScale {
+  float value = 1.0f;
+  Tensor device;
+};
 
 class Optimizer {
  public:
@@ -18,9 +29,11 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update with learning rate `lr`; every gradient is multiplied by `grad_scale` first
-  // (1 / loss scale, times the clipping factor).
-  virtual void step(float lr, float grad_scale) = 0;
+  // One update with learning rate `lr`, each gradient multiplied by `scale` first. The step count
+  // advances either way; a step found skipped afterwards (a device scale marking non-finite
+  // gradients) is taken back with set_step_count.
+  virtual void step(float lr, const GradScale& scale) = 0;
+  void step(float lr, float grad_scale) { step(lr, GradScale{grad_scale, Tensor()}); }
   virtual std::string name() const = 0;
 
   // The tensors that make up the optimizer's state for storage `s` (this rank's shards), by

@@ -14,7 +14,8 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   SGD(Module& model, SGDOptions options = {});
-  void step(float lr, float grad_scale) override;
+  using Optimizer::step;
+  void step(float lr, const GradScale& scale) override;
   std::string name() const override { return "SGD"; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
 
