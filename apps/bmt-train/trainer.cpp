@@ -288,6 +288,9 @@ int train(const TrainOptions& o) {
   mo.clip_grad_norm = o.grad_clip;
   mo.accumulation_steps = static_cast<int>(accumulation);
   mo.stop_on_nonfinite = o.stop_on_nonfinite;
+  // No host wait in a step for the gradient norm: it is read on the steps that log (or record) the
+  // loss, before a checkpoint, and otherwise when the next step's backward needs the loss scale.
+  mo.defer_norm_read = true;
 
   std::int64_t start = 0;
   bmt::optim::AdamWOptions ao;
@@ -356,6 +359,7 @@ int train(const TrainOptions& o) {
   });
 
   auto save_checkpoint = [&](std::int64_t step) {
+    manager.settle();  // step counts, schedule and loss scale as of the last step's outcome
     const std::string dir = ckpt->begin_save(step);
     fault.at(FaultInjection::Point::save_begun, step);
     nlohmann::json model_json = {{"preset", o.model}, {"arch", cfg.arch}, {"layers", cfg.layers}, {"heads", cfg.heads},
@@ -416,7 +420,7 @@ int train(const TrainOptions& o) {
     const bool eval_now = val_loader && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
     const bool read_loss = (step + 1) % loss_every == 0 || step + 1 == o.steps || eval_now;
     const auto batch = loader->next();
-    bool applied = false;
+    bool applied = true;  // known on steps that read the loss (settle())
     float lr = 0;
     {
       bmt::timeline::Span step_span(ctx.compute_stream(), "step");
@@ -435,10 +439,11 @@ int train(const TrainOptions& o) {
       }
       fault.at(FaultInjection::Point::after_backward, step + 1);
       lr = schedule->current_lr();
-      applied = manager.step();
+      manager.step();
     }
     float loss = std::nanf("");  // not read on this step
     if (read_loss) {
+      applied = manager.settle();  // the gradient norm, for the log: read with the loss
       loss = mean_loss(losses);
       ctx.host_comm().all_reduce(&loss, &loss, 1, bmt::DType::f32, bmt::ReduceOp::avg, ctx.compute_stream());
     }
@@ -486,6 +491,7 @@ int train(const TrainOptions& o) {
     }
   }
   bar.clear();
+  manager.settle();  // the last step's outcome (a skip is reported)
   if (ckpt && o.steps > start) save_checkpoint(o.steps);
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o.steps - start, " steps in ", total, " s");

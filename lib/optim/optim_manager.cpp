@@ -1,6 +1,7 @@
 #include "bmtrain/optim/optim_manager.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/autograd/function.hpp"
@@ -98,8 +99,12 @@ bool OptimManager::step() {
   if (options_.defer_norm_read) {
     // The device decides the skip and the clipping factor; the host books the outcome at settle().
     scale.device = device_grad_scale(norm_sq, loss_scale_, options_.clip_grad_norm);
-    pending_norm_sq_ = norm_sq;
+    Stream& compute = context().compute_stream();
+    if (!norm_sq_host_) norm_sq_host_ = std::make_unique<memory::PinnedBuffer>(sizeof(float));
+    memory::copy_to_host_async(norm_sq_host_->data(), norm_sq.data(), sizeof(float), compute);
+    norm_sq_copied_ = compute.record();
     pending_scale_ = scale.device;
+    pending_ = true;
   } else {
     // The one host wait of a step without defer_norm_read.
     const float scaled_norm = std::sqrt(norm_sq.to_host_floats()[0]);
@@ -118,9 +123,12 @@ bool OptimManager::step() {
 }
 
 bool OptimManager::settle() {
-  if (!pending_norm_sq_.defined()) return last_applied_;
-  const float scaled_norm = std::sqrt(pending_norm_sq_.to_host_floats()[0]);
-  pending_norm_sq_ = Tensor();
+  if (!pending_) return last_applied_;
+  norm_sq_copied_.synchronize();
+  float norm_sq = 0.0f;
+  std::memcpy(&norm_sq, norm_sq_host_->data(), sizeof norm_sq);
+  const float scaled_norm = std::sqrt(norm_sq);
+  pending_ = false;
   pending_scale_ = Tensor();
   if (conclude(scaled_norm, true)) raise_scale_after_clean_step();
   return last_applied_;
@@ -160,7 +168,7 @@ void OptimManager::raise_scale_after_clean_step() {
 }
 
 void OptimManager::require_settled(const char* what) const {
-  BMT_REQUIRE(!pending_norm_sq_.defined(), "OptimManager::" << what
+  BMT_REQUIRE(!pending_, "OptimManager::" << what
                                                << ": expected a settled step, found one queued with "
                                                   "defer_norm_read (call settle() first)");
 }

@@ -20,10 +20,13 @@
 //   for (micro-batches) manager.backward(loss);
 //   manager.step();
 //   manager.zero_grad();
+#include <memory>
 #include <vector>
 
 #include "bmtrain/optim/lr_scheduler.hpp"
 #include "bmtrain/optim/optimizer.hpp"
+#include "bmtrain/runtime/stream.hpp"
+#include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::optim {
@@ -83,8 +86,13 @@ class OptimManager {
   float last_lr_ = 0.0f;
   std::int64_t skipped_ = 0;
   bool last_applied_ = true;
-  Tensor pending_norm_sq_;  // defer_norm_read: the squared norm of a step not yet settled
-  Tensor pending_scale_;    // ... and the device scale its update reads (kept until it ran)
+  // defer_norm_read: a step not yet settled. Its squared norm is copied to pinned host memory as
+  // soon as the device has it, and settle() waits for that copy alone, not for the work queued
+  // after it.
+  bool pending_ = false;
+  std::unique_ptr<memory::PinnedBuffer> norm_sq_host_;
+  Event norm_sq_copied_;
+  Tensor pending_scale_;  // the device scale the queued update reads (kept until it ran)
 };
 
 // The squared L2 norm of every gradient shard of every rank, summed over ranks on the device (one
