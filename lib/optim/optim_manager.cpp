@@ -168,9 +168,8 @@ void OptimManager::raise_scale_after_clean_step() {
 }
 
 void OptimManager::require_settled(const char* what) const {
-  BMT_REQUIRE(!pending_, "OptimManager::" << what
-                                               << ": expected a settled step, found one queued with "
-                                                  "defer_norm_read (call settle() first)");
+  BMT_REQUIRE(!pending_, "OptimManager::" << what << ": expected a settled step, found one queued with "
+                                                       "defer_norm_read (call settle() first)");
 }
 
 float OptimManager::loss_scale() const {
