@@ -94,14 +94,10 @@ void backward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t i
         const float n = countp[0];
         const float scale = counted && n > 0.0f ? gp[0] / n : 0.0f;
         const float l = lsep[r];
+        // Each element is read before it is written, by the same thread: dlogits may be logits.
         team_map(
-            team, V, [&](std::int64_t j) { return scale * kmath::exp(to_f32(xr[j]) - l); },
+            team, V, [&](std::int64_t j) { return scale * (kmath::exp(to_f32(xr[j]) - l) - (j == t ? 1.0f : 0.0f)); },
             [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
-        // The one-hot term, once per row, after the whole row is written.
-        team.team_barrier();
-        if (counted)
-          Kokkos::single(Kokkos::PerTeam(team),
-                         [&]() { dxr[t] = from_f32<T>(scale * (kmath::exp(to_f32(xr[t]) - l) - 1.0f)); });
       });
 }
 

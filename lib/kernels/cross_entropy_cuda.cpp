@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(1024) ce_mean_kernel(const float* __restrict__
 
 template <class T, class I, int N>
 __global__ void __launch_bounds__(kThreads)
-    ce_backward_kernel(const T* __restrict__ x, const I* __restrict__ targets, std::int64_t ignore,
+    ce_backward_kernel(const T* x, const I* __restrict__ targets, std::int64_t ignore,
                        const float* __restrict__ lse, const float* __restrict__ count,
-                       const float* __restrict__ grad_loss, T* __restrict__ dx, std::int64_t V) {
+                       const float* __restrict__ grad_loss, T* dx, std::int64_t V) {  // dx may be x
   const std::int64_t r = blockIdx.x;
   const T* xr = x + r * V;
   T* dxr = dx + r * V;  // the same offset from a 16-byte boundary as xr (checked by the caller)

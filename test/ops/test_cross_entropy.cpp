@@ -1,6 +1,6 @@
 // Cross-entropy: loss against a float64 reference (odd sizes, ignored rows, i32/i64 targets),
 // gradients against finite differences and against softmax - onehot, bf16/f16 against f32,
-// the all-ignored case and out-of-range targets.
+// the all-ignored case, out-of-range targets, and the gradient written over logits nobody holds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,8 @@
 
 #include "bmtrain/kernels/index_check.hpp"
 #include "bmtrain/ops/cross_entropy.hpp"
+#include "bmtrain/ops/matmul.hpp"
+#include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "gradcheck.hpp"
 #include "reference_check.hpp"
@@ -139,6 +141,43 @@ TEST(CrossEntropy, HalfPrecisionMatchesFloat) {
     for (float g : full.grads[0]) gmax = std::max(gmax, std::fabs(g));
     expect_close(half.grads[0], full.grads[0], gmax * (dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048), 0,
                  std::string("dlogits ") + dtype_name(dt));
+  }
+}
+
+// Logits that nobody but the loss holds (a language model head's GEMM output) are overwritten by
+// their gradient: the same gradients, bit for bit, as when the caller keeps the logits, and a
+// backward peak lower by the logits' size.
+TEST(CrossEntropy, GradientOverwritesLogitsNobodyElseHolds) {
+  const std::int64_t N = 64, V = 1000, C = 8;
+  const Tensor t = Tensor::from_ints(random_targets(N, V, 15, 0.2), {N});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::size_t logits_bytes = static_cast<std::size_t>(N * V) * dtype_size(dt);
+    auto run = [&](bool keep_logits, std::size_t* backward_peak) {
+      Tensor h = Tensor::from_floats(random_floats(N * C, 16, -1.0f, 1.0f), {N, C}, dt);
+      Tensor w = Tensor::from_floats(random_floats(V * C, 17, -1.0f, 1.0f), {V, C}, dt);
+      h.set_requires_grad(true);
+      w.set_requires_grad(true);
+      Tensor kept, loss;
+      {
+        Tensor logits = linear(h, w);
+        if (keep_logits) kept = logits;
+        loss = cross_entropy(logits, t);
+      }
+      const std::size_t before = memory_stats().allocated_bytes;
+      CachingAllocator::instance().reset_peak();
+      loss.backward();
+      *backward_peak = memory_stats().peak_allocated_bytes - before;
+      std::vector<float> grads = h.grad().to_host_floats();
+      for (float g : w.grad().to_host_floats()) grads.push_back(g);
+      return grads;
+    };
+    std::size_t in_place = 0, kept = 0;
+    const auto g_in_place = run(false, &in_place);
+    const auto g_kept = run(true, &kept);
+    EXPECT_EQ(g_in_place, g_kept) << dtype_name(dt);
+    EXPECT_GE(kept, in_place + logits_bytes * 9 / 10)
+        << dtype_name(dt) << ": backward's peak allocation " << in_place << " bytes overwriting the logits, " << kept
+        << " keeping them, where the logits take " << logits_bytes;
   }
 }
 

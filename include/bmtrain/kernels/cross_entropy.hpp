@@ -19,6 +19,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int
                            const Tensor& loss, const Tensor& count, BadIndexRecord bad = {});
 // dlogits = grad_loss / count * (softmax(logits) - onehot(target)) on counted rows, 0 on the others.
 // grad_loss and count are device scalars (f32), read by the kernel: no host synchronization.
+// dlogits may be logits itself (the gradient then overwrites them).
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
                             const Tensor& lse, const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits);
 
