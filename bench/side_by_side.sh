@@ -10,6 +10,8 @@
 # column says how far that pulled the clock down.
 # RECOMPUTE=0 runs both without activation recomputation (bmt-train --no-checkpointing, FSDP2
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
+# KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
+# output from forward instead of running attention again; more memory), and the header says so.
 # GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
 # timed on first use; PyTorch keeps cuBLAS's heuristic choice), and the header says so.
 set -euo pipefail
@@ -23,6 +25,9 @@ if [ "${RECOMPUTE:-1}" = 0 ]; then
   mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
 else
   mode="per-block recompute"; fsdp2_flags=(); bmt_flags=()
+fi
+if [ "${KEEP_ATTENTION:-0}" = 1 ]; then
+  mode="$mode, bmt-train keeps attention outputs"; bmt_flags+=(--keep-attention)
 fi
 bmt_env=()
 if [ "${GEMM_AUTOTUNE:-0}" = 1 ]; then

@@ -17,6 +17,7 @@ struct TrainOptions {
   // distribution and memory
   int zero_level = 3;
   bool checkpointing = true;  // recompute blocks in backward
+  bool keep_attention = false;  // the recompute reuses the forward's attention outputs
   int prefetch = 1;
   bool offload = false;
   // data

@@ -271,6 +271,7 @@ int train(const TrainOptions& o) {
   bmt::CheckpointOptions checkpoint;
   checkpoint.use_checkpoint = o.checkpointing;
   checkpoint.zero_level = o.zero_level;
+  checkpoint.keep_attention = o.keep_attention;
   const float peak_lr = o.lr > 0 ? o.lr : cfg.default_lr;
   agreed([&] {
     model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint);
@@ -334,7 +335,8 @@ int train(const TrainOptions& o) {
   bmt::print_rank("| parameters ", human(params), "  world size ", world, " (", ctx.topology().node_count, " node",
                   ctx.topology().node_count > 1 ? "s" : "", ", ", ctx.world_comm().backend(), ")  dtype ",
                   bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
-                  o.checkpointing ? "  recompute on" : "  recompute off", "  prefetch ", o.prefetch,
+                  !o.checkpointing ? "  recompute off" : o.keep_attention ? "  recompute on, attention kept" : "  recompute on",
+                  "  prefetch ", o.prefetch,
                   o.offload ? "  optimizer offloaded" : "", bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", local,
                   " sequences/rank, ", accumulation, " micro-batch", accumulation > 1 ? "es" : "", " of ", micro, ")");

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "bmtrain/autograd/function.hpp"
+#include "bmtrain/autograd/kept_outputs.hpp"
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "upstream_grad.hpp"
@@ -58,10 +59,21 @@ class AttentionFn final : public autograd::Function {
     v_ = unit_head_stride(in[2]).detach();
     const float scale = scale_ ? *scale_ : 1.0f / std::sqrt(static_cast<float>(q_.size(3)));
     scale_ = scale;
-    Tensor out = Tensor::empty(q_.shape(), q_.dtype());
     const Tensor qh = heads_first(q_);
-    lse_ = Tensor::empty({qh.size(0), qh.size(1), qh.size(2)}, DType::f32);
-    kernels::attention_forward(qh, heads_first(k_), heads_first(v_), causal_, scale, heads_first(out), lse_);
+    const Shape lse_shape{qh.size(0), qh.size(1), qh.size(2)};
+    Tensor out;
+    autograd::KeptOutputs* kept = autograd::KeptOutputs::active();
+    if (kept && kept->replaying()) {
+      // A recompute whose forward kept this call's output and logsumexp: the same values.
+      const auto taken = kept->take("attention", {{q_.shape(), q_.dtype()}, {lse_shape, DType::f32}});
+      out = taken[0];
+      lse_ = taken[1];
+    } else {
+      out = Tensor::empty(q_.shape(), q_.dtype());
+      lse_ = Tensor::empty(lse_shape, DType::f32);
+      kernels::attention_forward(qh, heads_first(k_), heads_first(v_), causal_, scale, heads_first(out), lse_);
+      if (kept) kept->put({out, lse_});
+    }
     out_ = out.detach();
     return {out};
   }

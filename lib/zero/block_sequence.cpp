@@ -8,8 +8,10 @@
 // Backward walks the blocks in reverse with the same scheme, and each block's full-size f32
 // gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes.
 #include <algorithm>
+#include <optional>
 
 #include "bmtrain/autograd/function.hpp"
+#include "bmtrain/autograd/kept_outputs.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -91,6 +93,7 @@ class BlockSequence final : public autograd::Function {
     inputs_ = detach_all(inputs);
     saved_.assign(n, {});
     kept_.assign(n, {});
+    kept_outputs_.assign(n, {});
     graphs_.assign(n, {});
     rng_.assign(n, 0);
     reserve_rings(depth_ + 1);
@@ -119,6 +122,8 @@ class BlockSequence final : public autograd::Function {
           graphs_[i].outputs = outputs;
         } else {
           saved_[i] = current;
+          std::optional<autograd::KeptOutputsScope> keep;
+          if (keeps_attention(i)) keep.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::record);
           outputs = bodies_[i](current);
         }
       }
@@ -187,7 +192,10 @@ class BlockSequence final : public autograd::Function {
             // Backward needs the graph and what its ops saved, not the block's outputs: the work
             // that only produces them (the last GEMM and residual add) is left undone.
             autograd::OutputsOnDemandGuard on_demand;
+            std::optional<autograd::KeptOutputsScope> replay;
+            if (keeps_attention(i)) replay.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::replay);
             outputs = bodies_[i](leaves);
+            if (replay) kept_outputs_[i].check_all_taken();
           }
           random::set_key_counter(counter);
         }
@@ -196,6 +204,7 @@ class BlockSequence final : public autograd::Function {
       }
       graphs_[i] = {};
       saved_[i].clear();
+      kept_outputs_[i].clear();
 
       // Gradients for the previous block's hidden states, and for the extra inputs.
       std::vector<Tensor> next(hidden_);
@@ -233,6 +242,7 @@ class BlockSequence final : public autograd::Function {
   void release_saved() override {
     saved_.clear();
     kept_.clear();
+    kept_outputs_.clear();
     graphs_.clear();
     inputs_.clear();
   }
@@ -244,6 +254,10 @@ class BlockSequence final : public autograd::Function {
 
   // A block keeps its activations when it does not recompute (and the call records a graph).
   bool keeps_activations(std::size_t i) const { return training_graph_ && !blocks_[i]->options().use_checkpoint; }
+  // A recomputing block keeps its attention outputs for the recompute.
+  bool keeps_attention(std::size_t i) const {
+    return training_graph_ && blocks_[i]->options().use_checkpoint && blocks_[i]->options().keep_attention;
+  }
   // A block keeps its gathered parameters from forward to backward.
   bool blocks_kept(std::size_t i) const {
     return training_graph_ && (blocks_[i]->options().zero_level == 2 || keeps_activations(i));
@@ -330,6 +344,7 @@ class BlockSequence final : public autograd::Function {
   std::vector<Tensor> inputs_;
   std::vector<std::vector<Tensor>> saved_;
   std::vector<Gathered> kept_;
+  std::vector<autograd::KeptOutputs> kept_outputs_;
   std::vector<Graph> graphs_;
   std::vector<std::uint64_t> rng_;
 };

@@ -3,9 +3,11 @@
 // mode. Each rank feeds different data, so the gradients also check the average over ranks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <tuple>
 
+#include "bmtrain/autograd/kept_outputs.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/ops/ops.hpp"
@@ -283,6 +285,70 @@ TEST(CheckpointBlock, RecomputeLeavesTheBlockOutputUnwritten) {
   for (const auto& [name, vg] : grads[false]) {
     EXPECT_EQ(grads[true].at(name).first, vg.first) << name << ": same initial values";
     EXPECT_EQ(grads[true].at(name).second, vg.second) << name;
+  }
+}
+
+int g_replayed_calls = 0;  // AttentionBlock forwards that ran with kept outputs to replay
+
+// x + linear(attention(split(linear(x)))): a causal self-attention block.
+struct AttentionBlock : bmt::Module {
+  static constexpr std::int64_t kHeads = 2, kHeadDim = 4, kDim = kHeads * kHeadDim, kSeq = 6;
+  bmt::DistributedParameter wqkv{{3 * kDim, kDim}, bmt::init::normal(0.0f, 0.4f)};
+  bmt::DistributedParameter wo{{kDim, kDim}, bmt::init::normal(0.0f, 0.4f)};
+  AttentionBlock() {
+    register_parameter("wqkv", wqkv);
+    register_parameter("wo", wo);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) {
+    const auto* kept = bmt::autograd::KeptOutputs::active();
+    if (kept && kept->replaying()) ++g_replayed_calls;
+    const std::int64_t batch = x.size(0);
+    const bmt::Shape heads{batch, kSeq, kHeads, kHeadDim};
+    auto qkv = bmt::split(bmt::linear(x, wqkv), {kDim, kDim, kDim}, -1);
+    const bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], heads), bmt::reshape(qkv[1], heads),
+                                              bmt::reshape(qkv[2], heads), true);
+    return bmt::add(x, bmt::linear(bmt::reshape(y, {batch, kSeq, kDim}), wo));
+  }
+};
+
+// Recomputing all but attention (its output kept from forward) gives the gradients of recomputing
+// everything and of keeping every activation, bit for bit.
+TEST(CheckpointBlock, KeptAttentionGivesTheSameGradients) {
+  using Grads = std::map<std::string, std::pair<std::vector<float>, std::vector<float>>>;
+  std::vector<Grads> grads;
+  std::vector<std::vector<float>> input_grads;
+  for (int mode = 0; mode < 3; ++mode) {  // keep activations, recompute, recompute keeping attention
+    bmt::CheckpointOptions opt;
+    opt.use_checkpoint = mode > 0;
+    opt.keep_attention = mode == 2;
+    struct Model : bmt::DistributedModule {
+      bmt::TransformerBlockList<AttentionBlock> blocks{1};
+      explicit Model(bmt::CheckpointOptions o) {
+        for (int i = 0; i < 3; ++i) blocks.append(o);
+        register_module("blocks", blocks);
+      }
+    } model(opt);
+    bmt::init_parameters(model);
+    const bmt::Shape shape{2, AttentionBlock::kSeq, AttentionBlock::kDim};
+    auto data = [&](int seed) {
+      std::vector<float> v(static_cast<std::size_t>(bmt::numel_of(shape)));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.3f * static_cast<float>(i) + static_cast<float>(seed));
+      return bmt::Tensor::from_floats(v, shape);
+    };
+    bmt::Tensor x = data(bmt::rank()).set_requires_grad(true);
+    g_replayed_calls = 0;
+    model.blocks(x).backward(data(bmt::rank() + 11));
+    EXPECT_EQ(g_replayed_calls, mode == 2 ? 3 : 0) << "recomputes that took attention's outputs back, mode " << mode;
+    grads.push_back(gathered(model));
+    input_grads.push_back(x.grad().to_host_floats());
+  }
+  ASSERT_EQ(grads[0].size(), 6u);
+  for (int mode = 1; mode < 3; ++mode) {
+    EXPECT_EQ(input_grads[mode], input_grads[0]) << "mode " << mode;
+    for (const auto& [name, vg] : grads[0]) {
+      EXPECT_EQ(grads[mode].at(name).first, vg.first) << name << ": same initial values";
+      EXPECT_EQ(grads[mode].at(name).second, vg.second) << name << ", mode " << mode;
+    }
   }
 }
 

@@ -31,6 +31,10 @@ struct CheckpointOptions {
   bool use_checkpoint = true;
   // 3: gather parameters in forward and again in backward; 2: keep them gathered in between.
   int zero_level = 3;
+  // With use_checkpoint: keep each attention call's output and logsumexp from forward to backward
+  // (B * T * C elements and B * H * T floats a call), so that the recompute skips the attention
+  // kernel, the slowest of a transformer block's recompute per byte it would keep.
+  bool keep_attention = false;
 };
 
 class CheckpointBlockBase : public Module {
