@@ -68,12 +68,18 @@ struct Linear : bmt::Module {
       register_parameter("bias", bias);
     }
   }
-  bmt::Tensor forward(const bmt::Tensor& x) const {
-    return bmt::linear(x, weight.gather(), bias.defined() ? bias.gather() : bmt::Tensor());
+  // With gelu_first: forward(gelu(x)), the GELU's backward done by the GEMM of x's gradient.
+  bmt::Tensor forward(const bmt::Tensor& x, bool gelu_first = false) const {
+    return product(x, bias.defined() ? bias.gather() : bmt::Tensor(), gelu_first);
   }
   // residual + forward(x), the bias added with the residual in one pass rather than in the GEMM.
-  bmt::Tensor forward_onto(const bmt::Tensor& residual, const bmt::Tensor& x) const {
-    return bmt::residual_add(residual, bmt::linear(x, weight.gather()), bias.defined() ? bias.gather() : bmt::Tensor());
+  bmt::Tensor forward_onto(const bmt::Tensor& residual, const bmt::Tensor& x, bool gelu_first = false) const {
+    return bmt::residual_add(residual, product(x, bmt::Tensor(), gelu_first), bias.defined() ? bias.gather() : bmt::Tensor());
+  }
+
+ private:
+  bmt::Tensor product(const bmt::Tensor& x, const bmt::Tensor& b, bool gelu_first) const {
+    return gelu_first ? bmt::gelu_linear(x, weight.gather(), b) : bmt::linear(x, weight.gather(), b);
   }
 };
 
@@ -105,13 +111,13 @@ struct GPT2Block : bmt::Module {
     bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], {B, T, H, D}), bmt::reshape(qkv[1], {B, T, H, D}),
                                         bmt::reshape(qkv[2], {B, T, H, D}), true);
     bmt::Tensor h = residual(x, attn_proj, bmt::reshape(y, {B, T, c.dim}));
-    return residual(h, mlp_proj, bmt::gelu(c_fc.forward(ln_2.forward(h))));
+    return residual(h, mlp_proj, c_fc.forward(ln_2.forward(h)), /*gelu_first=*/true);
   }
 
-  // x + dropout(proj(y)).
-  bmt::Tensor residual(const bmt::Tensor& x, const Linear& proj, const bmt::Tensor& y) const {
-    if (c.dropout > 0.0f && is_training()) return bmt::add(x, dropout(proj.forward(y)));
-    return proj.forward_onto(x, y);
+  // x + dropout(proj(y)), or x + dropout(proj(gelu(y))).
+  bmt::Tensor residual(const bmt::Tensor& x, const Linear& proj, const bmt::Tensor& y, bool gelu_first = false) const {
+    if (c.dropout > 0.0f && is_training()) return bmt::add(x, dropout(proj.forward(y, gelu_first)));
+    return proj.forward_onto(x, y, gelu_first);
   }
 
   bmt::Tensor dropout(const bmt::Tensor& x) const {

@@ -77,7 +77,9 @@ class PendingForward {
 std::vector<Tensor> prepare_on_demand(const std::shared_ptr<DeferrableFunction>& fn, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outputs;
   {
+    if (fn->prepare_queues_work()) write_pending(inputs);  // so that the spans do not nest
     NoGradGuard no_grad;
+    OpSpan span("op forward", *fn, fn->prepare_queues_work());
     outputs = fn->prepare(inputs);
   }
   bool empty = false;

@@ -20,6 +20,10 @@ inline void check_gemm(const GemmParams& p) {
   BMT_REQUIRE(!p.bias || p.batch == 1, "gemm: expected no bias with batch " << p.batch << " (bias needs batch 1)");
   BMT_REQUIRE(!p.f32_output || !p.bias, "gemm: expected no bias with an f32 output of " << dtype_name(p.dtype)
                                                                                           << " operands, found one");
+  BMT_REQUIRE(!p.gelu_input || (p.batch == 1 && p.beta == 0.0f && !p.bias && !p.f32_output),
+              "gemm: expected the GELU backward with batch 1, beta 0, no bias and C in the operands' dtype, found "
+              "batch " << p.batch << ", beta " << p.beta << (p.bias ? ", a bias" : "")
+                       << (p.f32_output ? ", an f32 C" : ""));
   constexpr std::int64_t kIntMax = 2147483647;
   BMT_REQUIRE(std::max({p.m, p.n, p.k, p.a.ld, p.b.ld, p.ldc}) <= kIntMax,
               "gemm: expected sizes and leading dimensions below 2^31, found m=" << p.m << " n=" << p.n << " k=" << p.k);

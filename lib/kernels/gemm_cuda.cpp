@@ -3,8 +3,9 @@
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B is cuBLASLt's first
 // operand and A its second, each with its own transpose flag; no data moves. One handle and one
 // workspace serve every call; the matmul descriptor, layouts and the chosen algorithm are cached per
-// problem (shape, layout, dtype, pointer alignment), so a training step's repeated shapes pay for
-// the heuristic query once. Calls are queued on the compute stream.
+// problem (shape, layout, dtype, pointer alignment, epilogue), so a training step's repeated shapes
+// pay for the heuristic query once. Calls are queued on the compute stream. The bias and the GELU
+// backward are cuBLASLt epilogues (BIAS, DGELU).
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (which a probe found up
@@ -56,11 +57,11 @@ struct PlanKey {
   std::int64_t dtype, trans_a, trans_b, bias;
   std::int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
   std::int64_t align_a, align_b, align_c, align_bias;
-  std::int64_t f32_output;
+  std::int64_t f32_output, gelu_backward, align_gelu;
 
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(PlanKey) == 19 * sizeof(std::int64_t), "PlanKey must have no padding");
+static_assert(sizeof(PlanKey) == 21 * sizeof(std::int64_t), "PlanKey must have no padding");
 
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
@@ -134,6 +135,8 @@ class LtSession {
     key.align_c = alignment(p.c);
     key.align_bias = p.bias ? alignment(p.bias) : 0;
     key.f32_output = p.f32_output;
+    key.gelu_backward = p.gelu_input != nullptr;
+    key.align_gelu = p.gelu_input ? alignment(p.gelu_input) : 0;
 
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(key);
@@ -145,6 +148,9 @@ class LtSession {
     if (p.bias)
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
                                                       sizeof p.bias));
+    if (p.gelu_input)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                      &p.gelu_input, sizeof p.gelu_input));
     if (!plan.candidates.empty()) tune(plan, key, p);
     BMT_CUBLAS_CHECK(matmul(plan, p, p.c, plan.algo));
   }
@@ -215,6 +221,15 @@ class LtSession {
                                                       sizeof epilogue));
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
                                                       sizeof type));
+    }
+    if (key.gelu_backward) {
+      // D = (A B) * gelu'(aux), aux laid out like D (its data type is D's by default).
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DGELU;
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                      sizeof epilogue));
+      const std::int64_t aux_ld = key.ldc;
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                      sizeof aux_ld));
     }
     // Stored shapes (row-major): B is [k, n] or, transposed, [n, k]; A is [m, k] or [k, m].
     plan->first = make_layout(type, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb, key.batch,

@@ -1,8 +1,9 @@
 // Host side of the GEMM seam: OpenBLAS sgemm. bf16/f16 operands are widened to f32 scratch
-// matrices, multiplied, and the f32 result is rounded once into C, so every dtype gets f32
-// products and sums.
+// matrices, multiplied, and the f32 result (plus bias, times a GELU derivative) is rounded once
+// into C, so every dtype gets f32 products and sums.
 #include <cblas.h>
 
+#include "activation_math.hpp"
 #include "bmtrain/kernels/gemm.hpp"
 #include "gemm_check.hpp"
 #include "index_math.hpp"
@@ -18,16 +19,19 @@ struct Matrices {
   std::int64_t ld, batch_stride;
 };
 
-// dst = src elementwise (converting dtype), plus bias[c] on every row when bias is given.
+// dst = src elementwise (converting dtype), plus bias[c] on every row when bias is given, times
+// gelu'(x) when GELU inputs x (laid out like dst) are given.
 template <class D, class S, class B = float>
 void convert(Matrices<D> dst, Matrices<const S> src, std::int64_t batch, std::int64_t rows, std::int64_t cols,
-             const B* bias = nullptr) {
+             const B* bias = nullptr, const D* gelu_input = nullptr) {
   const std::int64_t per = rows * cols;
   Kokkos::parallel_for("bmt::gemm_convert", flat_range(batch * per), KOKKOS_LAMBDA(std::int64_t i) {
     const std::int64_t b = i / per, r = (i % per) / cols, c = i % cols;
+    const std::int64_t at = b * dst.batch_stride + r * dst.ld + c;
     float v = to_f32(src.data[b * src.batch_stride + r * src.ld + c]);
     if (bias) v += to_f32(bias[c]);
-    dst.data[b * dst.batch_stride + r * dst.ld + c] = from_f32<D>(v);
+    if (gelu_input) v = ewise::Gelu().backward(to_f32(gelu_input[at]), v);
+    dst.data[at] = from_f32<D>(v);
   });
 }
 
@@ -74,7 +78,8 @@ void gemm_widened(const GemmParams& p) {
   if (p.beta != 0.0f)
     convert<float, T>(c_wide, {c, p.ldc, p.c_batch_stride}, p.batch, p.m, p.n);
   sgemm_batch(p, a.data_as<float>(), ac, ar * ac, b.data_as<float>(), bc, br * bc, c_wide.data, p.n, p.m * p.n);
-  convert<T, float, T>(c_stored, {c_wide.data, p.n, p.m * p.n}, p.batch, p.m, p.n, static_cast<const T*>(p.bias));
+  convert<T, float, T>(c_stored, {c_wide.data, p.n, p.m * p.n}, p.batch, p.m, p.n, static_cast<const T*>(p.bias),
+                       static_cast<const T*>(p.gelu_input));
 }
 
 }  // namespace
@@ -85,6 +90,15 @@ void gemm(const GemmParams& p) {
     sgemm_batch(p, static_cast<const float*>(p.a.data), p.a.ld, p.a.batch_stride, static_cast<const float*>(p.b.data),
                 p.b.ld, p.b.batch_stride, static_cast<float*>(p.c), p.ldc, p.c_batch_stride);
     if (p.bias) add_bias(static_cast<float*>(p.c), p.ldc, p.m, p.n, static_cast<const float*>(p.bias));
+    if (p.gelu_input) {
+      float* c = static_cast<float*>(p.c);
+      const float* x = static_cast<const float*>(p.gelu_input);
+      const std::int64_t n = p.n, ldc = p.ldc;
+      Kokkos::parallel_for("bmt::gemm_gelu_backward", flat_range(p.m * n), KOKKOS_LAMBDA(std::int64_t i) {
+        const std::int64_t at = (i / n) * ldc + i % n;
+        c[at] = ewise::Gelu().backward(x[at], c[at]);
+      });
+    }
     return;
   }
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });

@@ -169,9 +169,14 @@ class Matmul final : public autograd::Function {
   MatrixBatch a_, b_;
 };
 
+// y = x W^T + b, or with gelu_input y = gelu(x) W^T + b: the GELU's backward then rides on the
+// GEMM that computes the gradient of its output (the seam's gelu_input), instead of a pass of its
+// own over the [rows, in] gradient.
 class Linear final : public autograd::DeferrableFunction {
  public:
-  std::string name() const override { return "linear"; }
+  explicit Linear(bool gelu_input = false) : gelu_input_(gelu_input) {}
+  std::string name() const override { return gelu_input_ ? "gelu_linear" : "linear"; }
+  bool prepare_queues_work() const override { return gelu_input_; }
 
   std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
     const Tensor &x = in[0], &w = in[1], &bias = in[2];
@@ -185,7 +190,13 @@ class Linear final : public autograd::DeferrableFunction {
                                             << to_string(bias.shape()) << " in " << dtype_name(bias.dtype()));
     }
     x_shape_ = x.shape();
-    x_ = as_rows(x.dim() == 1 ? contiguous(x.detach()).view({1, x.size(0)}) : x.detach());
+    Tensor input = x.detach();
+    if (gelu_input_) {
+      // The GELU is computed here, not put off with the GEMM: backward needs its output.
+      pre_gelu_ = contiguous(input);
+      input = kernels::activation_forward(kernels::Activation::gelu, pre_gelu_);
+    }
+    x_ = as_rows(input.dim() == 1 ? contiguous(input).view({1, input.size(0)}) : input);
     w_ = as_matrices(w.detach());
     Shape out_shape = x.shape();
     out_shape.back() = w.size(0);
@@ -209,7 +220,7 @@ class Linear final : public autograd::DeferrableFunction {
     const Tensor g = contiguous(grads[0]);
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
-    if (needs_input_grad(0)) dx = product(dy, w_, x_shape_, g.dtype());
+    if (needs_input_grad(0)) dx = gelu_input_ ? gelu_input_gradient(dy) : product(dy, w_, x_shape_, g.dtype());
     if (needs_input_grad(1)) {
       // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32).
       const Tensor target = leaf_gradient(1);
@@ -221,11 +232,38 @@ class Linear final : public autograd::DeferrableFunction {
     if (needs_input_grad(2)) db = bias_gradient(*this, 2, g.view({dy.rows, w_.rows}));
     return {dx, dw, db};
   }
-  void release_saved() override { x_ = w_ = MatrixBatch(); }
+  void release_saved() override {
+    x_ = w_ = MatrixBatch();
+    pre_gelu_ = Tensor();
+  }
 
  private:
+  // d pre-activation = (dy W) * gelu'(pre-activation), in one GEMM.
+  Tensor gelu_input_gradient(const MatrixBatch& dy) const {
+    Tensor dx = Tensor::empty(x_shape_, pre_gelu_.dtype());
+    if (dx.numel() == 0) return dx;
+    if (dy.cols == 0) {  // an empty sum
+      dx.zero_();
+      return dx;
+    }
+    GemmParams p;
+    p.dtype = dx.dtype();
+    p.m = dy.rows;
+    p.n = w_.cols;
+    p.k = dy.cols;
+    p.a = dy.op;
+    p.b = w_.op;
+    p.c = dx.data();
+    p.ldc = p.n;
+    p.gelu_input = pre_gelu_.data();
+    kernels::gemm(p);
+    return dx;
+  }
+
+  bool gelu_input_;
   Shape x_shape_;
   MatrixBatch x_, w_;
+  Tensor pre_gelu_;
 };
 
 }  // namespace
@@ -234,6 +272,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) { return autograd::call<Matmul>(
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::call<Linear>({x, weight, bias})[0];
+}
+
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return autograd::call<Linear>({x, weight, bias}, true)[0];
 }
 
 }  // namespace bmt

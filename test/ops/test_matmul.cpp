@@ -1,5 +1,6 @@
 // matmul and linear: values against float64 host products, transposed views read without copies,
-// gradients against finite differences, bf16/f16 against f32, and misuse messages.
+// gradients against finite differences, bf16/f16 against f32, gelu_linear against gelu then linear,
+// and misuse messages.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -157,6 +158,41 @@ TEST(Linear, Gradients) {
             {random_tensor({2, 3, 5}, 53), random_tensor({1, 5}, 54)});
   gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
             {random_tensor({1, 1}, 55), random_tensor({3, 1}, 56), random_tensor({3}, 57)});
+}
+
+TEST(GeluLinear, Gradients) {
+  gradcheck([](const std::vector<Tensor>& in) { return gelu_linear(in[0], in[1], in[2]); },
+            {random_tensor({3, 5}, 70, -2, 2), random_tensor({4, 5}, 71), random_tensor({4}, 72)});
+  gradcheck([](const std::vector<Tensor>& in) { return gelu_linear(in[0], in[1]); },
+            {random_tensor({2, 3, 8}, 73, -3, 3), random_tensor({6, 8}, 74)});
+}
+
+// gelu_linear is gelu then linear: the same values and weight and bias gradients, bit for bit; the
+// input gradient too in f32, and within one rounding of the input's dtype in bf16/f16 (the fused
+// derivative multiplies the f32 product, the separate ops its rounded value).
+TEST(GeluLinear, MatchesGeluThenLinear) {
+  const std::int64_t rows = 24, in = 40, out = 16;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<std::vector<float>> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = random_tensor({rows, in}, 75, -3, 3, dt).set_requires_grad(true);
+      Tensor w = random_tensor({out, in}, 76, -1, 1, dt).set_requires_grad(true);
+      Tensor b = random_tensor({out}, 77, -1, 1, dt).set_requires_grad(true);
+      Tensor y = fused ? gelu_linear(x, w, b) : linear(gelu(x), w, b);
+      y.backward(random_tensor({rows, out}, 78, -1, 1, dt));
+      results[fused] = {y.to_host_floats(), w.grad().to_host_floats(), b.grad().to_host_floats(),
+                        x.grad().to_host_floats()};
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output, dW, db: " << i;
+    const auto &fused = results[1][3], separate = results[0][3];
+    float largest = 0;
+    for (float g : separate) largest = std::max(largest, std::fabs(g));
+    // Two roundings apart at most: of the product, and of the gradient in its dtype (f32 in the
+    // CUDA epilogue may differ from the kernel's float arithmetic by a few ulp).
+    const double tol = dt == DType::f32 ? 1e-5 * largest : 2 * testing::roundoff(dt) * largest;
+    for (std::size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], separate[i], tol) << "dx element " << i;
+  }
 }
 
 // A weight whose gradient buffer already exists (as inside a ZeRO block) gets dW added to it in

@@ -224,17 +224,21 @@ TEST(Timeline, OpDetailTimesEachOpInsideItsBlock) {
   std::remove(bmt::timeline::rank_path(path, bmt::rank()).c_str());
 }
 
-// Residual MLP halves, x + linear(x) then h + linear(gelu(h)): in the recompute the first linear
-// and add are put off until gelu reads h, and the second pair never runs.
+// Residual MLP halves, x + linear(x), h + linear(gelu(h)) and h + gelu_linear(h): in the recompute
+// the first linear and add are put off until gelu reads h, the other GEMMs and adds never run, and
+// gelu_linear's GELU (which its backward needs) runs at once, timed as gelu_linear.
 struct ResidualBlock : bmt::Module {
   bmt::DistributedParameter w1{{kD, kD}, bmt::init::normal(0.0f, 0.2f)}, w2{{kD, kD}, bmt::init::normal(0.0f, 0.2f)};
+  bmt::DistributedParameter w3{{kD, kD}, bmt::init::normal(0.0f, 0.2f)};
   ResidualBlock() {
     register_parameter("w1", w1);
     register_parameter("w2", w2);
+    register_parameter("w3", w3);
   }
   bmt::Tensor forward(const bmt::Tensor& x) {
     const bmt::Tensor h = bmt::add(x, bmt::linear(x, w1, bmt::Tensor()));
-    return bmt::add(h, bmt::linear(bmt::gelu(h), w2, bmt::Tensor()));
+    const bmt::Tensor g = bmt::add(h, bmt::linear(bmt::gelu(h), w2, bmt::Tensor()));
+    return bmt::add(g, bmt::gelu_linear(h, w3, bmt::Tensor()));
   }
 };
 
@@ -268,8 +272,9 @@ TEST(Timeline, PutOffWorkIsTimedAsItsOwnOp) {
     ++count[s.name];
   }
   EXPECT_EQ(count["op forward linear"], 3 * kBlocks) << "two per block forward, one in its recompute";
-  EXPECT_EQ(count["op forward add"], 3 * kBlocks);
+  EXPECT_EQ(count["op forward add"], 4 * kBlocks) << "three per block forward, one in its recompute";
   EXPECT_EQ(count["op forward gelu"], 2 * kBlocks);
+  EXPECT_EQ(count["op forward gelu_linear"], 2 * kBlocks) << "its forward, and its GELU in the recompute";
   const double tol = 1.0;  // us: CUDA event resolution
   for (const auto& a : ops)
     for (const auto& b : ops) {

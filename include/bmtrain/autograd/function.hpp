@@ -98,6 +98,9 @@ class DeferrableFunction : public Function {
  public:
   virtual std::vector<Tensor> prepare(const std::vector<Tensor>& inputs) = 0;
   virtual void write(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) = 0;
+  // True when prepare itself queues device work that backward needs (gelu_linear's GELU): an op
+  // timeline then times prepare as a span of the op too.
+  virtual bool prepare_queues_work() const { return false; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) final {
     std::vector<Tensor> outputs = prepare(inputs);

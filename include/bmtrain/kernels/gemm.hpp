@@ -34,6 +34,10 @@ struct GemmParams {
   float beta = 0.0f;
   const void* bias = nullptr;  // [n] or null; only with batch == 1
   bool f32_output = false;     // C in f32 (no bias), A and B in dtype
+  // GELU's backward on the way out: C = (alpha op(A) op(B)) * gelu'(X) elementwise, before C is
+  // rounded, where X (dtype, laid out like C with leading dimension ldc) is the GELU's input.
+  // Only with batch == 1, beta == 0, no bias and no f32_output (cuBLASLt's DGELU epilogue).
+  const void* gelu_input = nullptr;
 };
 
 void gemm(const GemmParams& p);

@@ -19,4 +19,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // Tensor() for none. On CUDA the bias is fused into the GEMM (cuBLASLt bias epilogue).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// linear(gelu(x), weight, bias) (GELU's tanh form, as bmt::gelu) as one op: its backward computes
+// the gradient of x in the GEMM that produces the gradient of gelu(x) (on CUDA, cuBLASLt's DGELU
+// epilogue), with no pass of its own over that [..., in] tensor. The derivative is applied to the
+// f32 product before rounding, so in bf16/f16 the gradient differs from gelu then linear's (which
+// rounds the product first) by about one rounding.
+Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace bmt
