@@ -73,8 +73,9 @@ MatrixBatch as_matrices(const Tensor& t) {
 
 // out (contiguous [batch, m, n]) = op(A) op(B) (+ bias) (+ out when accumulating).
 // `operands` is A's and B's dtype when it differs from out's (an f32 `out` being accumulated into).
+// With gelu_input (laid out like out), the product is multiplied by gelu' of it (GemmParams).
 void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr,
-              bool accumulate = false, DType operands = DType::f32) {
+              bool accumulate = false, DType operands = DType::f32, const void* gelu_input = nullptr) {
   GemmParams p;
   p.dtype = out.dtype();
   if (out.dtype() == DType::f32 && operands != DType::f32) {
@@ -92,17 +93,19 @@ void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, con
   p.c_batch_stride = p.m * p.n;
   p.bias = bias;
   p.beta = accumulate ? 1.0f : 0.0f;
+  p.gelu_input = gelu_input;
   kernels::gemm(p);
 }
 
-Tensor product(const MatrixBatch& a, const MatrixBatch& b, const Shape& shape, DType dtype) {
+Tensor product(const MatrixBatch& a, const MatrixBatch& b, const Shape& shape, DType dtype,
+               const void* gelu_input = nullptr) {
   Tensor out = Tensor::empty(shape, dtype);
   if (out.numel() == 0) return out;
   if (a.cols == 0) {  // an empty sum
     out.zero_();
     return out;
   }
-  multiply(a, b, out);
+  multiply(a, b, out, nullptr, false, DType::f32, gelu_input);
   return out;
 }
 
@@ -220,7 +223,9 @@ class Linear final : public autograd::DeferrableFunction {
     const Tensor g = contiguous(grads[0]);
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
-    if (needs_input_grad(0)) dx = gelu_input_ ? gelu_input_gradient(dy) : product(dy, w_, x_shape_, g.dtype());
+    // With gelu_input: d pre-activation = (dy W) * gelu'(pre-activation), in the same GEMM.
+    if (needs_input_grad(0))
+      dx = product(dy, w_, x_shape_, g.dtype(), gelu_input_ ? pre_gelu_.data() : nullptr);
     if (needs_input_grad(1)) {
       // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32).
       const Tensor target = leaf_gradient(1);
@@ -238,28 +243,6 @@ class Linear final : public autograd::DeferrableFunction {
   }
 
  private:
-  // d pre-activation = (dy W) * gelu'(pre-activation), in one GEMM.
-  Tensor gelu_input_gradient(const MatrixBatch& dy) const {
-    Tensor dx = Tensor::empty(x_shape_, pre_gelu_.dtype());
-    if (dx.numel() == 0) return dx;
-    if (dy.cols == 0) {  // an empty sum
-      dx.zero_();
-      return dx;
-    }
-    GemmParams p;
-    p.dtype = dx.dtype();
-    p.m = dy.rows;
-    p.n = w_.cols;
-    p.k = dy.cols;
-    p.a = dy.op;
-    p.b = w_.op;
-    p.c = dx.data();
-    p.ldc = p.n;
-    p.gelu_input = pre_gelu_.data();
-    kernels::gemm(p);
-    return dx;
-  }
-
   bool gelu_input_;
   Shape x_shape_;
   MatrixBatch x_, w_;
