@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of bmt-train under mpirun: bad input exits 2 on every rank with a one-line
 # error and no hang; a resumed run reproduces the uninterrupted run's losses exactly on the same
-# world size and within 1e-5 on another; the metrics file has the promised fields; --timeline-ops
-# writes op spans.
+# world size, and on another stays as close to them as a run on that world size from the start (or
+# within 1e-5); the metrics file has the promised fields; --timeline-ops writes op spans.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -66,9 +66,19 @@ losses() { sed -n 's/.*"loss":\([-0-9.e+]*\).*"step":\([0-9]*\).*/\2 \1/p' "$1";
 paste <(losses "$work/full.jsonl" | tail -4) <(losses "$work/same.jsonl") | \
   awk '{ if ($1 != $3 || $2 != $4) { print "step " $1 ": " $2 " vs resumed " $4; bad = 1 } } END { exit bad }' \
   || fail "resume on the same world size is not bit-identical"
-paste <(losses "$work/full.jsonl" | tail -4) <(losses "$work/other.jsonl") | \
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' \
-  || fail "resume on another world size differs by more than 1e-5"
+# Another world size sums the gradients in another order, and AdamW turns rounding differences in
+# near-zero gradients into steps of up to the learning rate, so the resumed run may not match the
+# uninterrupted one to 1e-5 (on GPUs it does not). The bar: no further from it than a run on that
+# world size from the start (whose rounding differs from step 1), with 2x and 1e-5 to spare. A
+# checkpoint resharded wrongly (a lost or misplaced shard of the weights or the optimizer state)
+# lands far outside it.
+run $other_np "${tiny[@]}" --steps 8 --metrics "$work/other_full.jsonl" >/dev/null || fail "run at np $other_np failed"
+paste <(losses "$work/full.jsonl" | tail -4) <(losses "$work/other.jsonl") <(losses "$work/other_full.jsonl" | tail -4) | \
+  awk '{ d = $2 - $4; if (d < 0) d = -d; w = $2 - $6; if (w < 0) w = -w
+         if ($1 != $3 || $1 != $5 || d > 2 * w + 1e-5 * $2) {
+           print "step " $1 ": " $2 " vs resumed " $4 " (a run at the other world size from the start: " $6 ")"; bad = 1 } }
+       END { exit bad }' \
+  || fail "resume on another world size differs more than a run on that world size from the start"
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 8 ] || fail "expected 8 metrics lines"
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
   grep -q "\"$key\":" "$work/full.jsonl" || fail "metrics lack '$key'"
