@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -258,10 +259,15 @@ class LtSession {
     BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
                                                     plan->out, pref, tune ? kTuneCandidates : 1, results, &found));
     cublasLtMatmulPreferenceDestroy(pref);
+    const std::string epilogue = key.bias            ? ", bias epilogue"
+                                 : key.gelu_backward ? ", GELU-backward epilogue (its input aligned to " +
+                                                           std::to_string(key.align_gelu) + " bytes)"
+                                                     : "";
     BMT_REQUIRE(found > 0, "gemm: cuBLASLt has no algorithm for " << dtype_name(dtype) << " m=" << key.m
                                                                  << " n=" << key.n << " k=" << key.k
                                                                  << " batch=" << key.batch << " lda=" << key.lda
-                                                                 << " ldb=" << key.ldb << " ldc=" << key.ldc);
+                                                                 << " ldb=" << key.ldb << " ldc=" << key.ldc
+                                                                 << epilogue);
     plan->algo = results[0].algo;
     if (found > 1)
       for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);

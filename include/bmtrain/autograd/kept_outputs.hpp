@@ -40,7 +40,6 @@ class KeptOutputs {
   // After a replay: every kept call was taken back (else the two runs of the body differed).
   void check_all_taken() const;
 
-  bool empty() const { return calls_.empty(); }
   std::size_t bytes() const;
   void clear() { calls_.clear(), next_ = 0; }
 
