@@ -5,7 +5,9 @@
 // workspace serve every call; the matmul descriptor, layouts and the chosen algorithm are cached per
 // problem (shape, layout, dtype, pointer alignment, epilogue), so a training step's repeated shapes
 // pay for the heuristic query once. Calls are queued on the compute stream. The bias and the GELU
-// backward are cuBLASLt epilogues (BIAS, DGELU).
+// backward are cuBLASLt epilogues (BIAS, DGELU). Where cuBLASLt has no DGELU kernel for a problem
+// (it declines some widths and alignments of the GELU input), the plain GEMM runs and the
+// derivative follows as an elementwise pass over the rounded product.
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (which a probe found up
@@ -24,6 +26,7 @@
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/cuda_check.hpp"
 #include "bmtrain/tensor/tensor.hpp"
+#include "fast_path.hpp"
 #include "gemm_check.hpp"
 
 namespace bmt::kernels {
@@ -80,6 +83,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   // The heuristic's candidates, best first, while the plan waits to be timed on real operands.
   std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool gelu_after = false;  // a GELU-backward problem without the epilogue: the derivative follows
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -121,6 +125,28 @@ class LtSession {
   }
 
   void run(const GemmParams& p) {
+    const PlanKey key = key_of(p);
+    // Held through the call: the bias and GELU-input pointers are set on the plan's shared descriptor.
+    std::lock_guard<std::mutex> lock(mutex_);
+    Plan& plan = plan_for(key);
+    if (p.bias)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                      sizeof p.bias));
+    if (p.gelu_input && !plan.gelu_after)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                      &p.gelu_input, sizeof p.gelu_input));
+    if (!plan.candidates.empty()) tune(plan, key, p);
+    BMT_CUBLAS_CHECK(matmul(plan, p, p.c, plan.algo));
+    if (plan.gelu_after) gelu_backward_in_place(p);
+  }
+
+  bool gelu_in_epilogue(const GemmParams& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !plan_for(key_of(p)).gelu_after;
+  }
+
+ private:
+  static PlanKey key_of(const GemmParams& p) {
     PlanKey key{};
     key.dtype = static_cast<std::int64_t>(p.dtype);
     key.trans_a = p.a.trans;
@@ -138,25 +164,29 @@ class LtSession {
     key.f32_output = p.f32_output;
     key.gelu_backward = p.gelu_input != nullptr;
     key.align_gelu = p.gelu_input ? alignment(p.gelu_input) : 0;
+    return key;
+  }
 
-    std::lock_guard<std::mutex> lock(mutex_);
+  // The cached plan for key, made on first use; the caller holds mutex_.
+  Plan& plan_for(const PlanKey& key) {
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       if (plans_.size() >= kMaxPlans) plans_.clear();  // many distinct shapes: start over
       it = plans_.emplace(key, make_plan(key)).first;
     }
-    Plan& plan = *it->second;
-    if (p.bias)
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
-                                                      sizeof p.bias));
-    if (p.gelu_input)
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                      &p.gelu_input, sizeof p.gelu_input));
-    if (!plan.candidates.empty()) tune(plan, key, p);
-    BMT_CUBLAS_CHECK(matmul(plan, p, p.c, plan.algo));
+    return *it->second;
   }
 
- private:
+  // C = C * gelu'(X) over the [m, n] product (contiguous rows: ldc == n).
+  static void gelu_backward_in_place(const GemmParams& p) {
+    BMT_REQUIRE(p.ldc == p.n, "gemm: the GELU backward after a GEMM without the DGELU epilogue needs contiguous "
+                              "rows, found ldc=" << p.ldc << " for n=" << p.n);
+    const Tensor c = Tensor::wrap(p.c, {p.m, p.n}, p.dtype);
+    const Tensor x = Tensor::wrap(const_cast<void*>(p.gelu_input), {p.m, p.n}, p.dtype);
+    BMT_REQUIRE(fast::activation_backward(Activation::gelu, c, x, c), "gemm: no GELU-backward kernel for "
+                                                                           << dtype_name(p.dtype));
+  }
+
   // First operand B, second A: see the file comment. D = C = out.
   cublasStatus_t matmul(const Plan& plan, const GemmParams& p, void* out, const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(handle_, plan.desc, &p.alpha, p.b.data, plan.first, p.a.data, plan.second, &p.beta, out,
@@ -256,13 +286,20 @@ class LtSession {
     const bool tune = gemm_autotune() && flops >= kTuneMinFlops;
     cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
     int found = 0;
-    BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
-                                                    plan->out, pref, tune ? kTuneCandidates : 1, results, &found));
+    const auto query = [&] {
+      BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
+                                                      plan->out, pref, tune ? kTuneCandidates : 1, results, &found));
+    };
+    query();
+    if (found == 0 && key.gelu_backward) {
+      const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+      BMT_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
+      plan->gelu_after = true;
+      query();
+    }
     cublasLtMatmulPreferenceDestroy(pref);
-    const std::string epilogue = key.bias            ? ", bias epilogue"
-                                 : key.gelu_backward ? ", GELU-backward epilogue (its input aligned to " +
-                                                           std::to_string(key.align_gelu) + " bytes)"
-                                                     : "";
+    const std::string epilogue = key.bias ? ", bias epilogue" : "";
     BMT_REQUIRE(found > 0, "gemm: cuBLASLt has no algorithm for " << dtype_name(dtype) << " m=" << key.m
                                                                  << " n=" << key.n << " k=" << key.k
                                                                  << " batch=" << key.batch << " lda=" << key.lda
@@ -302,6 +339,11 @@ LtSession& session() {
 void gemm(const GemmParams& p) {
   check_gemm(p);
   session().run(p);
+}
+
+bool gemm_fuses_gelu_backward(const GemmParams& p) {
+  check_gemm(p);
+  return session().gelu_in_epilogue(p);
 }
 
 bool gemm_autotune() {

@@ -104,6 +104,11 @@ void gemm(const GemmParams& p) {
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
 }
 
+bool gemm_fuses_gelu_backward(const GemmParams& p) {
+  check_gemm(p);
+  return true;
+}
+
 bool gemm_autotune() { return false; }  // OpenBLAS has no candidates to choose from
 
 }  // namespace bmt::kernels

@@ -37,10 +37,16 @@ struct GemmParams {
   // GELU's backward on the way out: C = (alpha op(A) op(B)) * gelu'(X) elementwise, before C is
   // rounded, where X (dtype, laid out like C with leading dimension ldc) is the GELU's input.
   // Only with batch == 1, beta == 0, no bias and no f32_output (cuBLASLt's DGELU epilogue).
+  // Where cuBLASLt has no DGELU kernel for the problem, the derivative is applied in a pass after
+  // the GEMM, to the product rounded to dtype (then C's rows must be contiguous: ldc == n).
   const void* gelu_input = nullptr;
 };
 
 void gemm(const GemmParams& p);
+
+// Whether p's GELU backward runs inside the GEMM (on the unrounded product) rather than in a pass
+// after it. Always true on the host build.
+bool gemm_fuses_gelu_backward(const GemmParams& p);
 
 // Whether GEMMs pick their kernels by timing cuBLASLt's candidates (BMT_GEMM_AUTOTUNE=1 on a CUDA
 // build; docs/CUDA.md) rather than taking its heuristic's first. Always false on the host build.
