@@ -118,8 +118,21 @@ Tensor Function::leaf_gradient(std::size_t i) const {
   return grad;
 }
 
-std::shared_ptr<Node> make_accumulate_grad(const std::shared_ptr<TensorImpl>& leaf) {
-  return std::make_shared<AccumulateGrad>(leaf);
+Tensor Function::partial_gradient(std::size_t i) const {
+  const Tensor leaf = leaf_gradient(i);
+  if (leaf.defined()) return leaf;
+  return i < partial_grads.size() ? partial_grads[i] : Tensor();
+}
+
+// One sink per leaf while a graph refers to it: the gradients of all the leaf's uses then meet in
+// that sink's inbox, where one use's backward can add into another's (partial_gradient).
+std::shared_ptr<Node> accumulate_grad_of(const std::shared_ptr<TensorImpl>& leaf) {
+  std::shared_ptr<Node> sink = leaf->grad_accumulator.lock();
+  if (!sink) {
+    sink = std::make_shared<AccumulateGrad>(leaf);
+    leaf->grad_accumulator = sink;
+  }
+  return sink;
 }
 
 std::vector<Tensor> Function::apply(const std::vector<Tensor>& grad_outputs) {
@@ -159,7 +172,7 @@ std::vector<Tensor> Function::run(const std::shared_ptr<Function>& fn, const std
     } else if (in.grad_fn()) {
       fn->next_edges.push_back({in.grad_fn(), in.impl()->output_nr});
     } else {
-      fn->next_edges.push_back({make_accumulate_grad(in.impl()), 0});
+      fn->next_edges.push_back({accumulate_grad_of(in.impl()), 0});
     }
   }
   fn->num_outputs = static_cast<int>(outputs.size());

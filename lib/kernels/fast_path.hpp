@@ -20,9 +20,10 @@ namespace bmt::kernels::fast {
 // LayerNorm (centered, mean defined) and RMSNorm (mean undefined). weight/bias may be undefined.
 bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
                   const Tensor& mean, const Tensor& rstd);
-// Any of dx, dweight, dbias may be undefined (not wanted); accumulate as in kernels/norm.hpp.
+// Any of dx, dweight, dbias may be undefined (not wanted); accumulate and add_into_dx as in
+// kernels/norm.hpp.
 bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate);
+                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate, bool add_into_dx);
 
 bool softmax_forward(const Tensor& x, const Tensor& y);
 bool softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);

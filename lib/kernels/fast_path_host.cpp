@@ -8,7 +8,7 @@ bool norm_forward(const Tensor&, const Tensor&, const Tensor&, float, const Tens
   return false;
 }
 bool norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&, bool) {
+                   const Tensor&, const Tensor&, bool, bool) {
   return false;
 }
 bool softmax_forward(const Tensor&, const Tensor&) { return false; }

@@ -109,7 +109,7 @@ void norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 // without centering the mean(g) term drops out.
 template <class T, bool kCentered>
 void norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const char* op) {
+                         const Tensor& rstd, const Tensor& dx, bool add_into_dx, const char* op) {
   const RowShape s = row_shape(x, op);
   const std::int64_t C = s.cols;
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -134,7 +134,7 @@ void norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& weight
           team_map(
               team, C,
               [&](std::int64_t j) { return rs * (g(j) - mean_g - (to_f32(xr[j]) - mu) * rs * mean_gx); },
-              [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
+              [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(add_into_dx ? v + to_f32(dxr[j]) : v); });
         };
         if (wp) {
           row([&](std::int64_t j) { return to_f32(dyr[j]) * to_f32(wp[j]); });
@@ -264,7 +264,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         bool accumulate) {
+                         bool accumulate, bool add_into_dx) {
   const char* op = "layer_norm_backward";
   check_backward(dy, x, weight, dx, dweight, dbias, accumulate, op);
   if (x.numel() == 0) {
@@ -272,9 +272,9 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     if (dbias.defined() && !accumulate) dbias.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate)) return;
+  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_into_dx)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
-    if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, op);
+    if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, add_into_dx, op);
     norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, accumulate, op);
   });
 }
@@ -288,16 +288,16 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dweight, bool accumulate) {
+                       const Tensor& dweight, bool accumulate, bool add_into_dx) {
   const char* op = "rms_norm_backward";
   check_backward(dy, x, weight, dx, dweight, Tensor(), accumulate, op);
   if (x.numel() == 0) {
     if (dweight.defined() && !accumulate) dweight.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor(), accumulate)) return;
+  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor(), accumulate, add_into_dx)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
-    if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, op);
+    if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, add_into_dx, op);
     norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), accumulate, op);
   });
 }

@@ -115,13 +115,14 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight, xhat = (x - mean) * rstd
-// (without centering the mean(g) term drops out); part_w/part_b[blockIdx.x][C] = this block's
-// sums over its rows of dy * xhat and dy.
+// (without centering the mean(g) term drops out), added to what dx holds with add_dx;
+// part_w/part_b[blockIdx.x][C] = this block's sums over its rows of dy * xhat and dy.
 template <class T, int kVec, int kPacks, bool kCentered>
 __global__ void __launch_bounds__(kMaxTeamThreads)
     norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                          const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
-                         float* __restrict__ part_w, float* __restrict__ part_b, std::int64_t rows, int C) {
+                         float* __restrict__ part_w, float* __restrict__ part_b, std::int64_t rows, int C,
+                         bool add_dx) {
   __shared__ float buf[kMaxTeamsPerBlock * 32];
   extern __shared__ float columns[];  // [2][C] when a block holds several teams
   const int packs = C / kVec;
@@ -220,6 +221,12 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
       float o[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) o[j] = rs * (g[j] - mean_g - (xh[j] - mu) * rs * mean_gx);
+      if (add_dx) {
+        float before[kVec];
+        load<kVec>(dx + off + p * kVec, before);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) o[j] += before[j];
+      }
       store<kVec>(dx + off + p * kVec, o);
     }
   }
@@ -317,7 +324,7 @@ bool forward_launch(const Tensor& x, const Tensor& weight, const Tensor& bias, f
 template <class T, int kVec, bool kCentered>
 bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                     bool accumulate, std::int64_t rows, int C) {
+                     bool accumulate, bool add_dx, std::int64_t rows, int C) {
   return launch_row<kBackwardValues / kVec, (kVec > 1)>(C / kVec, [&](auto packs, const RowGeometry& g) {
     constexpr int kPacks = decltype(packs)::value;
     auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
@@ -332,7 +339,7 @@ bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, co
     kernel<<<blocks, dim3(g.threads, g.teams), shared, stream()>>>(
         static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), ptr_or_null<T>(weight),
         kCentered ? static_cast<const float*>(mean.data()) : nullptr, static_cast<const float*>(rstd.data()),
-        mut_ptr_or_null<T>(dx), pw, pb, rows, C);
+        mut_ptr_or_null<T>(dx), pw, pb, rows, C, add_dx);
     check_launch();
     if (want_columns) {
       if ((dweight.defined() ? dweight : dbias).dtype() == DType::f32)
@@ -355,12 +362,14 @@ bool forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, fl
 
 template <class T, bool kCentered>
 bool backward_typed(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate, std::int64_t rows,
-                    int C) {
+                    const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate, bool add_dx,
+                    std::int64_t rows, int C) {
   constexpr int kVec = vec_of<T>();
   if (C % kVec == 0 && aligned_or_absent({&dy, &x, &weight, &dx}))
-    return backward_launch<T, kVec, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows, C);
-  return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows, C);
+    return backward_launch<T, kVec, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_dx,
+                                               rows, C);
+  return backward_launch<T, 1, kCentered>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_dx, rows,
+                                          C);
 }
 
 // x as `rows` rows of C elements, when the statistics are f32 (mean absent for RMSNorm) and the
@@ -390,7 +399,7 @@ bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 }
 
 bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate) {
+                   const Tensor& dx, const Tensor& dweight, const Tensor& dbias, bool accumulate, bool add_into_dx) {
   if (!available() || !contiguous_or_absent({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) return false;
   std::int64_t rows = 0, C = 0;
   if (!rows_of_norm(x, mean, rstd, rows, C)) return false;
@@ -398,10 +407,10 @@ bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   bool done = false;
   BMT_DISPATCH_FLOAT(x.dtype(), "norm_backward", T, {
     done = centered
-               ? backward_typed<T, true>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows,
-                                         static_cast<int>(C))
-               : backward_typed<T, false>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, rows,
-                                          static_cast<int>(C));
+               ? backward_typed<T, true>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_into_dx,
+                                         rows, static_cast<int>(C))
+               : backward_typed<T, false>(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_into_dx,
+                                          rows, static_cast<int>(C));
   });
   return done;
 }

@@ -223,8 +223,13 @@ class Linear final : public autograd::DeferrableFunction {
     const Tensor g = contiguous(grads[0]);
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
-    // With gelu_input: d pre-activation = (dy W) * gelu'(pre-activation), in the same GEMM.
-    if (needs_input_grad(0))
+    // With gelu_input: d pre-activation = (dy W) * gelu'(pre-activation), in the same GEMM. Else
+    // added (beta = 1) into the gradient x's other consumers already gave it, when there is one.
+    const Tensor partial = needs_input_grad(0) && !gelu_input_ ? partial_gradient(0) : Tensor();
+    if (partial.defined() && partial.shape() == x_shape_ && partial.dtype() == g.dtype() && partial.numel() > 0 &&
+        w_.rows > 0)
+      multiply(dy, w_, partial, nullptr, /*accumulate=*/true, g.dtype());
+    else if (needs_input_grad(0))
       dx = product(dy, w_, x_shape_, g.dtype(), gelu_input_ ? pre_gelu_.data() : nullptr);
     if (needs_input_grad(1)) {
       // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32).

@@ -46,6 +46,21 @@ ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bo
 // The gradient the graph gets for a parameter: none when the kernel added it into the buffer.
 Tensor returned(const Tensor& grad, const ParamGradients& p) { return p.accumulate ? Tensor() : grad; }
 
+// Where the input gradient goes: into the gradient the input's other consumers already gave it
+// (a residual branch's), when the pass offers one of x's shape and dtype; the kernel then adds
+// to it and the graph gets nothing for x. Otherwise a new tensor.
+struct InputGradient {
+  Tensor dx;
+  bool add = false;
+};
+
+InputGradient input_gradient(const autograd::Function& fn, const Tensor& x) {
+  if (!fn.needs_input_grad(0)) return {};
+  const Tensor partial = fn.partial_gradient(0);
+  if (partial.defined() && partial.shape() == x.shape() && partial.dtype() == x.dtype()) return {partial, true};
+  return {Tensor::empty(x.shape(), x.dtype()), false};
+}
+
 // Inputs: x, weight, bias (weight and bias may be undefined).
 class LayerNormFn final : public autograd::Function {
  public:
@@ -67,11 +82,11 @@ class LayerNormFn final : public autograd::Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
     const Tensor dy = upstream_grad(g[0], x_, name());
-    Tensor dx = needs_input_grad(0) ? Tensor::empty(x_.shape(), x_.dtype()) : Tensor();
+    const InputGradient dx = input_gradient(*this, x_);
     const ParamGradients p =
         param_gradients(*this, x_, weight_.defined() && needs_input_grad(1), has_bias_ && needs_input_grad(2));
-    kernels::layer_norm_backward(dy, x_, weight_, mean_, rstd_, dx, p.weight, p.bias, p.accumulate);
-    return {dx, returned(p.weight, p), returned(p.bias, p)};
+    kernels::layer_norm_backward(dy, x_, weight_, mean_, rstd_, dx.dx, p.weight, p.bias, p.accumulate, dx.add);
+    return {dx.add ? Tensor() : dx.dx, returned(p.weight, p), returned(p.bias, p)};
   }
 
   void release_saved() override { x_ = weight_ = mean_ = rstd_ = Tensor(); }
@@ -101,10 +116,10 @@ class RmsNormFn final : public autograd::Function {
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     if (!g[0].defined()) return {Tensor(), Tensor()};
     const Tensor dy = upstream_grad(g[0], x_, name());
-    Tensor dx = needs_input_grad(0) ? Tensor::empty(x_.shape(), x_.dtype()) : Tensor();
+    const InputGradient dx = input_gradient(*this, x_);
     const ParamGradients p = param_gradients(*this, x_, weight_.defined() && needs_input_grad(1), false);
-    kernels::rms_norm_backward(dy, x_, weight_, rstd_, dx, p.weight, p.accumulate);
-    return {dx, returned(p.weight, p)};
+    kernels::rms_norm_backward(dy, x_, weight_, rstd_, dx.dx, p.weight, p.accumulate, dx.add);
+    return {dx.add ? Tensor() : dx.dx, returned(p.weight, p)};
   }
 
   void release_saved() override { x_ = weight_ = rstd_ = Tensor(); }

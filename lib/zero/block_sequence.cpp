@@ -200,7 +200,7 @@ class BlockSequence final : public autograd::Function {
           random::set_key_counter(counter);
         }
         timeline::Span span(ctx.compute_stream(), "backward", storage.name());
-        run_backward(outputs, grads);
+        run_backward(outputs, std::move(grads));
       }
       graphs_[i] = {};
       saved_[i].clear();
@@ -326,14 +326,16 @@ class BlockSequence final : public autograd::Function {
     return out;
   }
 
-  static void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads) {
+  // The block's output gradients are handed over: the backward may sum into them in place.
+  static void run_backward(const std::vector<Tensor>& outputs, std::vector<Tensor> grads) {
     std::vector<Tensor> roots, root_grads;
     for (std::size_t k = 0; k < outputs.size() && k < grads.size(); ++k) {
       if (!grads[k].defined() || !outputs[k].requires_grad()) continue;
       roots.push_back(outputs[k]);
-      root_grads.push_back(grads[k]);
+      root_grads.push_back(std::move(grads[k]));
     }
-    if (!roots.empty()) autograd::backward(roots, root_grads);
+    grads.clear();
+    if (!roots.empty()) autograd::backward(roots, std::move(root_grads));
   }
 
   std::vector<CheckpointBlockBase*> blocks_;

@@ -47,6 +47,9 @@ class Node {
 
   std::vector<Edge> next_edges;  // one per input
   int num_outputs = 0;
+  // Set by the backward pass around apply: per input, the gradient it has already received from
+  // its other consumers, where this node may add into it in place (Function::partial_gradient).
+  std::vector<Tensor> partial_grads;
 };
 
 class Function : public Node {
@@ -82,6 +85,14 @@ class Function : public Node {
   // add its gradient there itself (a GEMM with beta = 1 instead of a new buffer and a separate add)
   // and return an undefined gradient for input i. Undefined otherwise.
   Tensor leaf_gradient(std::size_t i) const;
+
+  // The gradient input i has already received, where backward may add its own into it in place
+  // (a kernel that reads it as it writes, a GEMM with beta = 1) and return an undefined gradient
+  // for i, saving the pass that would sum the two: for a leaf, its .grad as leaf_gradient gives it
+  // (the backward pass runs a leaf's other sinks first); otherwise what the input's other consumers
+  // gave it in this pass (the residual branch's, at a norm whose input also feeds a residual), when
+  // nothing but the pass holds it. Check its shape and dtype before use. Undefined otherwise.
+  Tensor partial_gradient(std::size_t i) const;
 
  private:
   bool released_ = false;
@@ -160,7 +171,9 @@ class EnableGradGuard {
 
 // Runs backward from `roots` with the given gradients (defaults: 1 for scalar roots).
 // Leaf tensors that require grad accumulate into .grad(). The graph is freed as it is walked.
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {});
+// Gradients handed over (moved in, held by no one else) may be summed into in place and end up
+// as a leaf's .grad(), so a chain of blocks passes one buffer along instead of allocating.
+void backward(const std::vector<Tensor>& roots, std::vector<Tensor> grads = {});
 
 }  // namespace bmt::autograd
 

@@ -7,6 +7,8 @@
 // weight, bias, dweight, dbias: contiguous [C] of x's dtype; undefined where absent/not wanted.
 // With `accumulate`, backward adds its sums into dweight/dbias instead of writing them, and they
 // may then be f32 whatever x's dtype (both of one dtype): a gradient buffer filled in place.
+// With `add_into_dx`, backward adds its input gradient to what dx holds (rounding the sum once): a
+// gradient that a residual branch already put there.
 // mean, rstd: f32 [rows], written by forward and read by backward. Statistics, and the reductions
 // of dweight/dbias over rows, are computed in f32 whatever the storage dtype.
 #include "bmtrain/tensor/tensor.hpp"
@@ -18,11 +20,11 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Tensor& mean, const Tensor& rstd);
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         bool accumulate = false);
+                         bool accumulate = false, bool add_into_dx = false);
 
 // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
 void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& y, const Tensor& rstd);
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                       const Tensor& dx, const Tensor& dweight, bool accumulate = false);
+                       const Tensor& dx, const Tensor& dweight, bool accumulate = false, bool add_into_dx = false);
 
 }  // namespace bmt::kernels

@@ -73,6 +73,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<autograd::Node> grad_fn;
+  std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's gradient sink, while a graph holds it
   int output_nr = 0;  // which output of grad_fn this is
   std::string name;   // for error messages and inspection (parameters carry their dotted name)
   std::shared_ptr<ParameterInfo> param;  // set for parameters only
