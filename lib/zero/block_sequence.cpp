@@ -164,10 +164,12 @@ class BlockSequence final : public autograd::Function {
       Gathered g = need_gather(i) ? gathered[i] : kept_[i];
       ctx.compute_stream().wait(g.ready);
 
-      // Gradient buffer for this block's parameters.
+      // Gradient buffer for this block's parameters: at one rank the gradient shard itself.
       Binding binding(storage);
       BufferRing::Slot* grad_slot = nullptr;
-      if (storage.has_trainable()) {
+      if (storage.has_trainable() && storage.whole()) {
+        storage.bind_grads(storage.accumulate_grads());
+      } else if (storage.has_trainable()) {
         grad_slot = &gradient_ring().slot(static_cast<int>(p));
         ctx.compute_stream().wait(grad_slot->free);
         Tensor full_grad = grad_slot->buffer.slice(0, 0, storage.total());
@@ -267,18 +269,24 @@ class BlockSequence final : public autograd::Function {
     std::size_t bytes = 0;
     std::int64_t grad = 0;
     for (auto* b : blocks_) {
+      if (b->storage().whole()) continue;  // gathered and reduced in place
       bytes = std::max(bytes, gather_bytes(b->storage()));
       if (b->storage().has_trainable()) grad = std::max(grad, b->storage().total());
     }
-    gather_ring().reserve(slots, static_cast<std::int64_t>(bytes));
+    if (bytes > 0) gather_ring().reserve(slots, static_cast<std::int64_t>(bytes));
     if (grad > 0) gradient_ring().reserve(2, grad);
   }
 
-  // Issues the all-gather of block b's parameters, as the k-th gather of this pass.
+  // Issues the all-gather of block b's parameters, as the k-th gather of this pass. At one rank the
+  // shard is the gathered buffer, and nothing is copied.
   Gathered gather(std::size_t b, std::size_t k) {
     Context& ctx = context();
     ShardedStorage& storage = blocks_[b]->storage();
     Gathered g;
+    if (storage.whole()) {
+      g.buffer = storage.shard();
+      return g;
+    }
     if (blocks_kept(b)) {
       g.buffer = Tensor::empty({static_cast<std::int64_t>(gather_bytes(storage))}, DType::u8);
     } else {

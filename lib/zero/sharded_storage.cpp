@@ -101,6 +101,13 @@ const Tensor& ShardedStorage::grad_shard() {
   return grad_shard_;
 }
 
+const Tensor& ShardedStorage::accumulate_grads() {
+  BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients are added into the shard only at one rank, "
+                                                     "found a world of " << world_size_);
+  grad_dirty_ = true;
+  return grad_shard();
+}
+
 void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const {
   BMT_REQUIRE(full.nbytes() >= static_cast<std::size_t>(total_) * dtype_size(dtype_),
               "ShardedStorage '" << name_ << "': expected a gather buffer of " << total_ * dtype_size(dtype_)

@@ -47,6 +47,14 @@ class ShardedStorage {
   const Tensor& shard() const { return shard_; }
   const Tensor& grad_shard();
 
+  // One rank holds every parameter (a world of one): the shard is the whole flat buffer, usable
+  // as the gathered values as it is, and a backward can add its gradients straight into the
+  // gradient shard (accumulate_grads) with nothing to reduce.
+  bool whole() const { return world_size_ == 1; }
+  // For a whole storage: the gradient shard, for bind_grads, in place of a buffer to reduce. It
+  // holds gradients from then on, as after reduce_gradient.
+  const Tensor& accumulate_grads();
+
   // Gathers every rank's shard into `full` (total() elements of dtype()), queued on `stream`.
   void all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const;
   // Points every parameter at its place in `full` (gathered values) / back to nothing.
