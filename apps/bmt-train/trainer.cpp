@@ -325,8 +325,10 @@ int train(const TrainOptions& o) {
   std::size_t largest_block = 0;
   for (auto* s : bmt::sharded_storages(*model))
     largest_block = std::max(largest_block, static_cast<std::size_t>(s->total()));
-  const double buffers = static_cast<double>(largest_block) *
-                         ((o.prefetch + 1) * bmt::dtype_size(cfg.dtype) + 2 * sizeof(float));
+  // One rank gathers and reduces in place: no buffers.
+  const double buffers = world == 1 ? 0.0
+                                    : static_cast<double>(largest_block) *
+                                          ((o.prefetch + 1) * bmt::dtype_size(cfg.dtype) + 2 * sizeof(float));
   const std::int64_t tokens_per_step = o.batch * o.seq;
   const auto peak = peak_flops(cfg.dtype);
   bmt::print_rank("+--------------------------------------------------------------");

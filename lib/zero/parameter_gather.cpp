@@ -1,6 +1,7 @@
 // DistributedParameter::gather(): the full value of a parameter outside CheckpointBlocks, as a
 // differentiable op: forward all-gathers the shard, backward reduce-scatters the gradient into
 // the shard's gradient. Both run on the compute stream's communicator: the value is needed at once.
+// At one rank the shard is the value, and the gradient is added into the gradient shard.
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/nn/parameter.hpp"
@@ -19,18 +20,23 @@ class GatherParameter final : public autograd::Function {
   bool holds_trainable_parameters() const override { return storage_.has_trainable(); }
 
   std::vector<Tensor> forward(const std::vector<Tensor>&) override {
+    const auto& e = entry();
+    if (storage_.whole()) return {storage_.shard().slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
     Context& ctx = context();
     Tensor full = Tensor::empty({storage_.total()}, storage_.dtype());
     storage_.all_gather_into(full, ctx.world_comm(), ctx.compute_stream());
-    const auto& e = entry();
     return {full.slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    if (!grads[0].defined() || !entry().trainable) return {};
+    const auto& e = entry();
+    if (!grads[0].defined() || !e.trainable) return {};
+    if (storage_.whole()) {
+      add_(storage_.accumulate_grads().slice(0, e.offset, e.offset + e.numel).view(param_.shape()), grads[0]);
+      return {};
+    }
     Context& ctx = context();
     Tensor full = Tensor::zeros({storage_.total()}, DType::f32);
-    const auto& e = entry();
     copy_into(full.slice(0, e.offset, e.offset + e.numel).view(param_.shape()), grads[0]);
     storage_.reduce_gradient(full, ctx.world_comm(), ctx.compute_stream(), Event());
     // The host build reduces inline; on the device the compute stream orders the buffer's reuse.

@@ -162,6 +162,24 @@ TEST(CheckpointBlock, GradientsAccumulateOverCalls) {
       ASSERT_NEAR(twice.at(name).second[i], 2 * vg.second[i], 1e-5 * (1 + std::fabs(vg.second[i]))) << name;
 }
 
+// One rank has nothing to gather: a parameter outside blocks is its shard, and its gradient lands
+// in the gradient shard; more ranks gather into a buffer of their own.
+TEST(DistributedParameterGather, OneRankUsesTheShardItself) {
+  Model model(1, 0, {}, true);
+  bmt::init_parameters(model);
+  bmt::ShardedStorage* storage = nullptr;
+  for (auto* s : bmt::sharded_storages(model))
+    if (s->entries().front().name == "scale") storage = s;
+  ASSERT_NE(storage, nullptr);
+  storage->zero_grad();
+  const bmt::Tensor value = model.scale.gather();
+  EXPECT_EQ(value.data() == storage->shard().data(), bmt::world_size() == 1);
+  bmt::sum(bmt::mul(value, bmt::Tensor::from_floats(std::vector<float>(kD, 2.0f), {kD}))).backward();
+  storage->settle();
+  const auto g = all_gather(storage->grad_shard());
+  for (int i = 0; i < kD; ++i) ASSERT_EQ(g[i], 2.0f) << "d(sum(2 scale))/d scale[" << i << "]";
+}
+
 TEST(CheckpointBlock, NoGradForwardKeepsNothing) {
   Model model(3, 1, {}, true);
   bmt::init_parameters(model);
