@@ -229,12 +229,33 @@ __device__ __forceinline__ float team_reduce(float v, float* buf) {
   return v;
 }
 
+// Two sums over a team in one round through shared memory (two team_reduce calls take two, each
+// with its barriers). A team has at most 16 warps, so both fit in its 32 floats; each sum is added
+// in team_reduce's order, so the results are the same floats.
+__device__ __forceinline__ float2 team_sum2(float a, float b, float* buf) {
+  a = warp_reduce<SumOp>(a);
+  b = warp_reduce<SumOp>(b);
+  if (blockDim.x == 32) return make_float2(a, b);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* mine = buf + threadIdx.y * 32;
+  if (lane == 0) {
+    mine[warp] = a;
+    mine[16 + warp] = b;
+  }
+  __syncthreads();
+  a = warp_reduce<SumOp>(lane < warps ? mine[lane] : SumOp::identity());
+  b = warp_reduce<SumOp>(lane < warps ? mine[16 + lane] : SumOp::identity());
+  __syncthreads();  // buf is free for the next reduction
+  return make_float2(a, b);
+}
+
 // How many threads share a row: the narrowest power-of-two team (at least a warp) in whose
 // registers the row's `packs` fit at `packs_per_thread` each, and how many teams a block holds.
 // Teams of up to 512 threads leave each thread 128 registers; a wider row gets threads == 0 and
 // goes to the portable kernels.
 constexpr int kRowBlockThreads = 256;
 constexpr int kMaxTeamThreads = 512;
+static_assert(kMaxTeamThreads / 32 <= 16, "team_sum2 keeps up to 16 warps' sums of each kind per team");
 
 struct RowGeometry {
   int threads = 0;  // blockDim.x

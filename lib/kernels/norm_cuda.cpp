@@ -200,8 +200,14 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
       }
     }
     if (!dx) continue;  // uniform: a kernel argument
-    const float mean_g = kCentered ? team_reduce<SumOp>(sum_g, buf) * inv_c : 0.0f;
-    const float mean_gx = team_reduce<SumOp>(sum_gx, buf) * inv_c;
+    float mean_g = 0.0f, mean_gx = 0.0f;
+    if constexpr (kCentered) {
+      const float2 sums = team_sum2(sum_g, sum_gx, buf);  // one barrier round for both
+      mean_g = sums.x * inv_c;
+      mean_gx = sums.y * inv_c;
+    } else {
+      mean_gx = team_reduce<SumOp>(sum_gx, buf) * inv_c;
+    }
     if (!active) continue;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
