@@ -12,6 +12,8 @@
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 # KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
 # output from forward instead of running attention again; more memory), and the header says so.
+# OUT=DIR keeps the raw records of every round there (fsdp2.R.json, bmt.R.jsonl, *.smi, *.log);
+# the last line names where they are.
 # GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
 # timed on first use; PyTorch keeps cuBLAS's heuristic choice), and the header says so.
 set -euo pipefail
@@ -62,4 +64,8 @@ for r in $(seq 1 "$rounds"); do
 done
 
 python3 "$here/side_by_side_table.py" "$out" "$gpus" "$warmup" "$rounds"
-cp "$out"/* "${OUT:-/tmp}/" 2>/dev/null || true
+# The raw records (each round's JSON, --metrics lines, nvidia-smi samples and logs) go to OUT when
+# it is set, for bench/RESULTS.md; otherwise they stay where they were written.
+dest=$out
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$out"/* "$OUT/" && dest=$OUT; fi
+echo "raw records: $dest"

@@ -41,6 +41,8 @@ echo "$out" | grep -q '^# side-by-side: gpt2-124m, seq 1024, batch 4 per GPU, 1 
 echo "$out" | grep -Eq '^bmt-train +40000 ' || fail "bmt-train row"
 echo "$out" | grep -Eq '^pytorch-fsdp2 +32000 ' || fail "fsdp2 row"
 echo "$out" | grep -q '^ratio bmt/fsdp2: tokens/s 1.25x' || fail "ratio"
+echo "$out" | grep -q "^raw records: $work/out1\$" || fail "where the raw records are"
+for f in fsdp2.1.json fsdp2.2.json bmt.1.jsonl bmt.2.jsonl; do [ -s "$work/out1/$f" ] || fail "raw record $f not in OUT"; done
 order=$(cut -d' ' -f1 "$work/calls" | tr '\n' ' ')
 [ "$order" = "fsdp2 bmt bmt fsdp2 " ] || fail "round order: $order"
 grep -q -- '--no-checkpoint' "$work/calls" && fail "no-checkpoint flags without RECOMPUTE=0: $(cat "$work/calls")"
