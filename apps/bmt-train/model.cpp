@@ -77,8 +77,8 @@ ModelConfig preset(const std::string& name) {
   return c;
 }
 
-GPT::GPT(const ModelConfig& c, int prefetch_depth, bmt::CheckpointOptions checkpoint)
-    : c_(c), gpt2_blocks(prefetch_depth), llama_blocks(prefetch_depth) {
+GPT::GPT(const ModelConfig& c, int prefetch_depth, bmt::CheckpointOptions checkpoint, std::int64_t loss_chunk_rows)
+    : c_(c), loss_chunk_rows_(loss_chunk_rows), gpt2_blocks(prefetch_depth), llama_blocks(prefetch_depth) {
   c.validate();
   wte = bmt::DistributedParameter({c.vocab, c.dim}, c.dtype, bmt::init::normal(c.init_std));
   register_parameter("wte", wte);
@@ -121,6 +121,7 @@ bmt::Tensor GPT::loss(const bmt::Tensor& tokens, const bmt::Tensor& targets) {
   bmt::Tensor h = hidden(tokens);
   // GPT-2 ties the head to the token embedding; Llama has its own.
   bmt::Tensor head = c_.arch == "gpt2" ? wte.gather() : lm_head.gather();
+  if (loss_chunk_rows_ > 0) return bmt::linear_cross_entropy(h, head, targets, loss_chunk_rows_);
   bmt::Tensor logits = bmt::linear(h, head);
   return bmt::cross_entropy(bmt::reshape(logits, {-1, c_.vocab}), bmt::reshape(targets, {-1}));
 }

@@ -180,13 +180,17 @@ struct LlamaBlock : bmt::Module {
 // cross-entropy of the next-token targets (ignore_index -100).
 class GPT : public bmt::DistributedModule {
  public:
-  explicit GPT(const ModelConfig& c, int prefetch_depth = 1, bmt::CheckpointOptions checkpoint = {});
+  // loss_chunk_rows > 0: the head and loss take that many token rows at a time
+  // (bmt::linear_cross_entropy) instead of all the logits at once.
+  explicit GPT(const ModelConfig& c, int prefetch_depth = 1, bmt::CheckpointOptions checkpoint = {},
+               std::int64_t loss_chunk_rows = 0);
   bmt::Tensor loss(const bmt::Tensor& tokens, const bmt::Tensor& targets);
   const ModelConfig& config() const { return c_; }
 
  private:
   bmt::Tensor hidden(const bmt::Tensor& tokens);
   ModelConfig c_;
+  std::int64_t loss_chunk_rows_ = 0;
   bmt::DistributedParameter wte, wpe, lm_head;
   bmt::Tensor positions_;  // [1, T] position ids 0..T-1 for GPT-2's learned positions
   bmt::TransformerBlockList<GPT2Block> gpt2_blocks;

@@ -38,7 +38,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; dim=" << c.dim << "; ffn=" << c.ffn << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq
      << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention << "; prefetch=" << o.prefetch
-     << "; offload=" << o.offload
+     << "; offload=" << o.offload << "; loss_chunk=" << o.loss_chunk
      << "; data=" << o.data << "; val_data=" << o.val_data << "; batch=" << o.batch
      << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
      << "; lr=" << o.lr << "; min_lr=" << o.min_lr << "; schedule=" << o.schedule << "; warmup=" << o.warmup
@@ -99,6 +99,11 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                                      "from forward (batch x seq x dim elements more per block)");
   app.add_option("--prefetch", o.prefetch, "Blocks whose parameters are gathered ahead of use")->capture_default_str();
   app.add_flag("--offload", o.offload, "Keep optimizer state in host memory and update it there");
+  app.add_option("--loss-chunk", o.loss_chunk,
+                 "Run the head and loss this many token rows at a time, never holding all the logits "
+                 "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 
   app.add_option("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
       ->capture_default_str();

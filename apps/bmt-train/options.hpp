@@ -20,6 +20,7 @@ struct TrainOptions {
   bool keep_attention = false;  // the recompute reuses the forward's attention outputs
   int prefetch = 1;
   bool offload = false;
+  std::int64_t loss_chunk = 0;  // rows of the head and loss at a time (0: all at once)
   // data
   std::string data = "synthetic";
   std::string val_data;  // default: held-out synthetic sequences, or none for files

@@ -274,7 +274,7 @@ int train(const TrainOptions& o) {
   checkpoint.keep_attention = o.keep_attention;
   const float peak_lr = o.lr > 0 ? o.lr : cfg.default_lr;
   agreed([&] {
-    model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint);
+    model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint, o.loss_chunk);
     bmt::init_parameters(*model);
     loader.emplace(make_loader(data.train, o, cfg, o.seed));
     if (data.val && o.eval_every > 0) val_loader.emplace(make_loader(data.val, o, cfg, o.seed + 1000003));
@@ -339,7 +339,8 @@ int train(const TrainOptions& o) {
                   bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
                   !o.checkpointing ? "  recompute off" : o.keep_attention ? "  recompute on, attention kept" : "  recompute on",
                   "  prefetch ", o.prefetch,
-                  o.offload ? "  optimizer offloaded" : "", bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
+                  o.offload ? "  optimizer offloaded" : "",
+                  o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(), bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", local,
                   " sequences/rank, ", accumulation, " micro-batch", accumulation > 1 ? "es" : "", " of ", micro, ")");
   bmt::print_rank("| data ", o.data, data.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(data.entropy_rate) + ")" : std::string(),

@@ -145,4 +145,29 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
   });
 }
 
+void cross_entropy_combine(const Tensor& parts, const Tensor& loss, const Tensor& count) {
+  const char* op = "cross_entropy_combine";
+  BMT_REQUIRE(parts.defined() && parts.dim() == 2 && parts.size(1) == 2 && parts.dtype() == DType::f32 &&
+                  parts.is_contiguous(),
+              op << ": expected contiguous f32 parts [chunks, 2], found "
+                 << (parts.defined() ? dtype_name(parts.dtype()) + std::string(" ") + to_string(parts.shape()) : "none"));
+  check_scalar(loss, "loss", op);
+  check_scalar(count, "count", op);
+  const std::int64_t chunks = parts.size(0);
+  const float* pp = parts.data_as<float>();
+  float* lossp = view1<float>(loss, op).data();
+  float* countp = view1<float>(count, op).data();
+  // A handful of chunks: one thread folds them in order (the result does not depend on the device).
+  Kokkos::parallel_for(
+      "bmt::cross_entropy_combine", Kokkos::RangePolicy<ExecSpace>(space(), 0, 1), KOKKOS_LAMBDA(int) {
+        float total = 0.0f, n = 0.0f;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          total += pp[2 * c] * pp[2 * c + 1];
+          n += pp[2 * c + 1];
+        }
+        countp[0] = n;
+        lossp[0] = n > 0.0f ? total / n : 0.0f;
+      });
+}
+
 }  // namespace bmt::kernels

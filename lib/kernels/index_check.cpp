@@ -37,12 +37,13 @@ BadIndexRecord IndexCheck::record() const {
   return r;
 }
 
-void IndexCheck::throw_if_bad(const char* op, const char* what, std::int64_t limit, const char* allowed_extra) const {
+void IndexCheck::throw_if_bad(const char* op, const char* what, std::int64_t limit, const char* allowed_extra,
+                              std::int64_t first_position) const {
   if (!slot_.defined()) return;
   std::int64_t found[3] = {0, 0, 0};
   memory::copy_to_host(found, slot_.data(), sizeof found);
   BMT_REQUIRE(found[0] == 0, op << ": expected " << what << " in [0, " << limit << ")" << allowed_extra << ", found "
-                                << found[2] << " at position " << found[1]);
+                                << found[2] << " at position " << first_position + found[1]);
 }
 
 }  // namespace bmt::kernels

@@ -2,7 +2,8 @@
 # End-to-end checks of bmt-train under mpirun: bad input exits 2 on every rank with a one-line
 # error and no hang; a resumed run reproduces the uninterrupted run's losses exactly on the same
 # world size, and on another stays as close to them as a run on that world size from the start (or
-# within 1e-5); the metrics file has the promised fields; --timeline-ops writes op spans.
+# within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
+# --timeline-ops writes op spans.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -51,6 +52,17 @@ if command -v python3 >/dev/null; then
     || fail "timeline_summary.py --gaps failed: $gaps"
   echo "$gaps" | grep -Eq -- "^ +gap (before [A-Za-z]|after the last op)" || fail "no gap rows with --gaps: $gaps"
 fi
+
+# --loss-chunk: the head and loss in chunks of 5 token rows give the first step's loss and gradient
+# norm of the whole-logits run, up to the order of f32 sums.
+run 2 "${tiny[@]}" --steps 1 --metrics "$work/whole_loss.jsonl" >/dev/null || fail "run without --loss-chunk failed"
+run 2 "${tiny[@]}" --steps 1 --metrics "$work/chunked_loss.jsonl" --loss-chunk 5 >/dev/null || fail "--loss-chunk run failed"
+first() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | head -1; }
+for field in loss grad_norm; do
+  awk -v a="$(first "$work/whole_loss.jsonl" $field)" -v b="$(first "$work/chunked_loss.jsonl" $field)" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * (a < 0 ? -a : a)) }' \
+    || fail "--loss-chunk 5: $field $(first "$work/chunked_loss.jsonl" $field), without: $(first "$work/whole_loss.jsonl" $field)"
+done
 
 # Resume: 8 steps straight vs 4 + resume 4, same world size (bit-identical) and another one.
 run 2 "${tiny[@]}" --steps 8 --metrics "$work/full.jsonl" --save "$work/ckpt" --save-every 4 >/dev/null \

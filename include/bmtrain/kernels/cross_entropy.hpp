@@ -23,4 +23,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
                             const Tensor& lse, const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits);
 
+// The loss over rows taken in chunks: parts is f32 [chunks, 2], each row a chunk's (mean loss,
+// count) as cross_entropy_forward wrote them; loss = sum(mean * count) / sum(count) (0 when no row
+// counts), count = sum(count), folded on the device in chunk order.
+void cross_entropy_combine(const Tensor& parts, const Tensor& loss, const Tensor& count);
+
 }  // namespace bmt::kernels

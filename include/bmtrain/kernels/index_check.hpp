@@ -43,7 +43,9 @@ class IndexCheck {
   BadIndexRecord record() const;
   // With validation on: throws "<op>: expected <what> in [0, limit) ..., found <value> at position <p>"
   // if a kernel recorded a bad index. Reads the record once (a wait on the compute stream on GPUs).
-  void throw_if_bad(const char* op, const char* what, std::int64_t limit, const char* allowed_extra = "") const;
+  // first_position: where the kernel's position 0 is in the op's input (a chunk's first row).
+  void throw_if_bad(const char* op, const char* what, std::int64_t limit, const char* allowed_extra = "",
+                    std::int64_t first_position = 0) const;
 
  private:
   Tensor slot_;

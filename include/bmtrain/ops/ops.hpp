@@ -8,6 +8,7 @@
 #include "bmtrain/ops/shape.hpp"
 #include "bmtrain/ops/attention.hpp"
 #include "bmtrain/ops/cross_entropy.hpp"
+#include "bmtrain/ops/linear_cross_entropy.hpp"
 #include "bmtrain/ops/dropout.hpp"
 #include "bmtrain/ops/embedding.hpp"
 #include "bmtrain/ops/norm.hpp"

@@ -1,0 +1,134 @@
+#include "bmtrain/ops/linear_cross_entropy.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/cross_entropy.hpp"
+#include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "upstream_grad.hpp"
+
+namespace bmt {
+
+namespace {
+
+// c [m, n] = op(a) op(b) (+ c when accumulating), every operand contiguous and row-major: a stored
+// [m, k] ([k, m] with a_trans), b stored [k, n] ([n, k] with b_trans). An f32 c takes `operands`
+// of another dtype (a weight gradient summed in f32).
+void gemm_into(const Tensor& c, const Tensor& a, bool a_trans, const Tensor& b, bool b_trans, std::int64_t m,
+               std::int64_t n, std::int64_t k, DType operands, bool accumulate) {
+  kernels::GemmParams p;
+  p.dtype = operands;
+  p.f32_output = c.dtype() == DType::f32 && operands != DType::f32;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = {a.data(), a_trans ? m : k, a_trans, 0};
+  p.b = {b.data(), b_trans ? k : n, b_trans, 0};
+  p.c = c.data();
+  p.ldc = n;
+  p.beta = accumulate ? 1.0f : 0.0f;
+  kernels::gemm(p);
+}
+
+// Inputs: h, weight, targets.
+class LinearCrossEntropyFn final : public autograd::Function {
+ public:
+  LinearCrossEntropyFn(std::int64_t chunk_rows, std::int64_t ignore_index)
+      : chunk_(chunk_rows), ignore_(ignore_index) {}
+  std::string name() const override { return "linear_cross_entropy"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor &h = in[0], &w = in[1], &targets = in[2];
+    const char* op = "linear_cross_entropy";
+    BMT_REQUIRE(chunk_ > 0, op << ": expected chunk_rows > 0, found " << chunk_);
+    BMT_REQUIRE(h.defined() && w.defined() && is_floating(h.dtype()) && h.dtype() == w.dtype(),
+                op << ": expected h and weight of one floating dtype, found "
+                   << (h.defined() ? dtype_name(h.dtype()) : "none") << " and "
+                   << (w.defined() ? dtype_name(w.dtype()) : "none"));
+    BMT_REQUIRE(w.dim() == 2 && w.size(0) > 0 && w.size(1) > 0 && h.dim() >= 1 && h.size(-1) == w.size(1),
+                op << ": expected h [..., C] and weight [V, C] with V, C > 0, found h " << to_string(h.shape())
+                   << " and weight " << to_string(w.shape()));
+    const std::int64_t C = w.size(1), V = w.size(0), N = h.numel() / C;
+    BMT_REQUIRE(targets.defined() && targets.numel() == N,
+                op << ": expected " << N << " targets (one per row of h " << to_string(h.shape()) << "), found "
+                   << (targets.defined() ? to_string(targets.shape()) : "none"));
+    h_shape_ = h.shape();
+    h_ = contiguous(h.detach()).view({N, C});
+    w_ = contiguous(w.detach());
+    targets_ = contiguous(targets.detach()).view({N});
+    lse_ = Tensor::empty({N}, DType::f32);
+    count_ = Tensor::empty({}, DType::f32);
+    Tensor loss = Tensor::empty({}, DType::f32);
+    const std::int64_t chunks = (N + chunk_ - 1) / chunk_;
+    Tensor parts = Tensor::empty({chunks, 2}, DType::f32);  // each chunk's mean loss and count
+    Tensor logits = Tensor::empty({std::min(chunk_, N), V}, h.dtype());
+    const std::string allowed = " or ignore_index (" + std::to_string(ignore_) + ")";
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::int64_t r0 = c * chunk_, r1 = std::min(N, r0 + chunk_);
+      const Tensor part = logits.slice(0, 0, r1 - r0);
+      gemm_into(part, h_.slice(0, r0, r1), false, w_, true, r1 - r0, V, C, h.dtype(), false);
+      const kernels::IndexCheck check;
+      kernels::cross_entropy_forward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1),
+                                     parts.slice(0, c, c + 1).slice(1, 0, 1), parts.slice(0, c, c + 1).slice(1, 1, 2),
+                                     check.record());
+      check.throw_if_bad(op, "targets", V, allowed.c_str(), r0);
+    }
+    if (chunks == 0) {
+      loss.zero_();
+      count_.zero_();
+    } else {
+      kernels::cross_entropy_combine(parts, loss, count_);
+    }
+    return {loss};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor dloss = upstream_grad(g[0], {}, DType::f32, name());
+    const DType dtype = h_.dtype();
+    const std::int64_t N = h_.size(0), C = h_.size(1), V = w_.size(0);
+    Tensor dh = needs_input_grad(0) ? Tensor::empty({N, C}, dtype) : Tensor();
+    // dweight summed over the chunks in f32: straight into the weight's f32 gradient buffer when it
+    // has one (a parameter inside a CheckpointBlock), else into a buffer rounded once at the end.
+    Tensor dw_leaf = needs_input_grad(1) ? leaf_gradient(1) : Tensor();
+    if (dw_leaf.defined() && dw_leaf.dtype() != DType::f32) dw_leaf = Tensor();
+    Tensor dw_sum = needs_input_grad(1) && !dw_leaf.defined() ? Tensor::empty({V, C}, DType::f32) : Tensor();
+    if (N == 0 && dw_sum.defined()) dw_sum.zero_();
+    const Tensor& dw_target = dw_leaf.defined() ? dw_leaf : dw_sum;
+    Tensor logits = Tensor::empty({std::min(chunk_, N), V}, dtype);
+    for (std::int64_t r0 = 0; r0 < N; r0 += chunk_) {
+      const std::int64_t r1 = std::min(N, r0 + chunk_), rows = r1 - r0;
+      const Tensor part = logits.slice(0, 0, rows);
+      const Tensor h_rows = h_.slice(0, r0, r1);
+      gemm_into(part, h_rows, false, w_, true, rows, V, C, dtype, false);
+      // The chunk's logits become their gradient in place.
+      kernels::cross_entropy_backward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1), count_, dloss,
+                                      part);
+      if (dh.defined()) gemm_into(dh.slice(0, r0, r1), part, false, w_, false, rows, C, V, dtype, false);
+      if (dw_target.defined())
+        gemm_into(dw_target, part, true, h_rows, false, V, C, rows, dtype, dw_leaf.defined() || r0 > 0);
+    }
+    const Tensor dw = dw_sum.defined() ? cast(dw_sum, dtype) : Tensor();
+    release_saved();
+    return {dh.defined() ? dh.view(h_shape_) : Tensor(), dw, Tensor()};
+  }
+
+  void release_saved() override { h_ = w_ = targets_ = lse_ = count_ = Tensor(); }
+
+ private:
+  std::int64_t chunk_, ignore_;
+  Shape h_shape_;
+  Tensor h_, w_, targets_, lse_, count_;
+};
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& h, const Tensor& weight, const Tensor& targets, std::int64_t chunk_rows,
+                            std::int64_t ignore_index) {
+  return autograd::call<LinearCrossEntropyFn>({h, weight, targets}, chunk_rows, ignore_index)[0];
+}
+
+}  // namespace bmt
