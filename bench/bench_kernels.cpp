@@ -8,6 +8,11 @@
 // CUDA. The gap is the library's overhead (16-bit widening on the host, plan lookup on CUDA).
 // Linear: forward and backward, the forward alone (what the bias epilogue costs), and the
 // weight-gradient GEMM written new or added into an f32 buffer, TFLOP/s at the XL block's shapes.
+// Head and loss: a language model's head (linear to the vocabulary) and cross-entropy, forward and
+// backward, as linear then cross_entropy (chunk 0) or as linear_cross_entropy in row chunks, at
+// GPT-2 XL's shape on a GPU: TFLOP/s of the 3 head GEMMs (the chunked op runs a fourth, not
+// counted, so the rates compare time for the same result) and `peak_MiB`, the most memory the
+// pass allocated beyond what it started with.
 // Bias gradient: GB/s of dy read by its sum over tokens.
 // Elementwise: GB/s of compulsory traffic, next to memory::copy moving the same number of bytes:
 // GELU reads x and writes y, the cast reads 4 and writes 2 bytes per element, add reads two
@@ -23,6 +28,7 @@
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/context.hpp"
+#include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
 
 #ifdef BMT_ENABLE_CUDA
@@ -92,6 +98,35 @@ void BM_LinearForwardBackward(benchmark::State& state) {
     sync();
   }
   report_flops(state, 3 * 2.0 * m * n * k, dt);  // forward, dx, dW
+}
+
+// rows, dim, vocab, dtype, chunk rows (0: linear then cross_entropy).
+void BM_HeadAndLoss(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), dim = state.range(1), vocab = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const std::int64_t chunk = state.range(4);
+  Tensor h = random_tensor({rows, dim}, dt, 1), w = random_tensor({vocab, dim}, dt, 2);
+  h.set_requires_grad(true);
+  w.set_requires_grad(true);
+  std::vector<std::int64_t> targets(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<std::int64_t>(i * 7919) % vocab;
+  const Tensor t = Tensor::from_ints(targets, {rows});
+  auto pass = [&] {
+    const Tensor loss = chunk > 0 ? linear_cross_entropy(h, w, t, chunk) : cross_entropy(linear(h, w), t);
+    loss.backward();
+    h.set_grad(Tensor());
+    w.set_grad(Tensor());
+  };
+  pass();  // warm-up: plans made, buffers cached
+  sync();
+  const std::size_t before = memory_stats().allocated_bytes;
+  CachingAllocator::instance().reset_peak();
+  for (auto _ : state) {
+    pass();
+    sync();
+  }
+  state.counters["peak_MiB"] = static_cast<double>(memory_stats().peak_allocated_bytes - before) / (1 << 20);
+  report_flops(state, 3 * 2.0 * rows * dim * vocab, dt);
 }
 
 // The forward alone, y = x W^T (+ b): what the bias epilogue costs the GEMM.
@@ -312,6 +347,17 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// GPT-2's vocabulary: a small head on the host; on a GPU GPT-2 XL's at batch 16 x 1024, whole and
+// in chunks of 1024, 2048 and 4096 rows.
+void head_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  const std::int64_t rows = host ? 256 : 16 * 1024, dim = host ? 64 : 1600;
+  for (std::int64_t chunk : {0, 1024, 2048, 4096})
+    if (chunk < rows) b->Args({rows, dim, 50257, host ? 0 : 1, chunk});
+  if (host) b->Args({rows, dim, 50257, 0, 64});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // tokens, in, out, dtype, and 0 = a new gradient of the operands' dtype, 1 = added into an f32
 // buffer: the XL block's four weight shapes on a GPU.
 void weight_gradient_shapes(benchmark::internal::Benchmark* b) {
@@ -345,6 +391,7 @@ BENCHMARK(BM_VendorGemm)->Apply(vendor_shapes);
 BENCHMARK(BM_LinearForwardBackward)->Apply(linear_shapes);
 BENCHMARK(BM_LinearForward)->Apply(linear_shapes);
 BENCHMARK(BM_WeightGradient)->Apply(weight_gradient_shapes);
+BENCHMARK(BM_HeadAndLoss)->Apply(head_shapes);
 BENCHMARK(BM_BiasGradient)->Apply(bias_shapes);
 BENCHMARK(BM_Copy)->Apply(copy_bytes);
 BENCHMARK(BM_Gelu)->Apply(element_counts);
