@@ -340,7 +340,8 @@ int train(const TrainOptions& o) {
                   !o.checkpointing ? "  recompute off" : o.keep_attention ? "  recompute on, attention kept" : "  recompute on",
                   "  prefetch ", o.prefetch,
                   o.offload ? "  optimizer offloaded" : "",
-                  o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(), bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
+                  o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
+                  bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", local,
                   " sequences/rank, ", accumulation, " micro-batch", accumulation > 1 ? "es" : "", " of ", micro, ")");
   bmt::print_rank("| data ", o.data, data.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(data.entropy_rate) + ")" : std::string(),

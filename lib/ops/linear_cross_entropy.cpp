@@ -6,32 +6,13 @@
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/cross_entropy.hpp"
-#include "bmtrain/kernels/gemm.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "matrix_batch.hpp"
 #include "upstream_grad.hpp"
 
 namespace bmt {
 
 namespace {
-
-// c [m, n] = op(a) op(b) (+ c when accumulating), every operand contiguous and row-major: a stored
-// [m, k] ([k, m] with a_trans), b stored [k, n] ([n, k] with b_trans). An f32 c takes `operands`
-// of another dtype (a weight gradient summed in f32).
-void gemm_into(const Tensor& c, const Tensor& a, bool a_trans, const Tensor& b, bool b_trans, std::int64_t m,
-               std::int64_t n, std::int64_t k, DType operands, bool accumulate) {
-  kernels::GemmParams p;
-  p.dtype = operands;
-  p.f32_output = c.dtype() == DType::f32 && operands != DType::f32;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = {a.data(), a_trans ? m : k, a_trans, 0};
-  p.b = {b.data(), b_trans ? k : n, b_trans, 0};
-  p.c = c.data();
-  p.ldc = n;
-  p.beta = accumulate ? 1.0f : 0.0f;
-  kernels::gemm(p);
-}
 
 // Inputs: h, weight, targets.
 class LinearCrossEntropyFn final : public autograd::Function {
@@ -54,7 +35,8 @@ class LinearCrossEntropyFn final : public autograd::Function {
     const std::int64_t C = w.size(1), V = w.size(0), N = h.numel() / C;
     BMT_REQUIRE(targets.defined() && targets.numel() == N,
                 op << ": expected " << N << " targets (one per row of h " << to_string(h.shape()) << "), found "
-                   << (targets.defined() ? to_string(targets.shape()) : "none"));
+                   << (targets.defined() ? std::to_string(targets.numel()) + " in " + to_string(targets.shape())
+                                         : std::string("none")));
     h_shape_ = h.shape();
     h_ = contiguous(h.detach()).view({N, C});
     w_ = contiguous(w.detach());
@@ -69,7 +51,7 @@ class LinearCrossEntropyFn final : public autograd::Function {
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t r0 = c * chunk_, r1 = std::min(N, r0 + chunk_);
       const Tensor part = logits.slice(0, 0, r1 - r0);
-      gemm_into(part, h_.slice(0, r0, r1), false, w_, true, r1 - r0, V, C, h.dtype(), false);
+      multiply(as_matrices(h_.slice(0, r0, r1)), as_matrices(w_).transposed(), part);
       const kernels::IndexCheck check;
       kernels::cross_entropy_forward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1),
                                      parts.slice(0, c, c + 1).slice(1, 0, 1), parts.slice(0, c, c + 1).slice(1, 1, 2),
@@ -99,17 +81,19 @@ class LinearCrossEntropyFn final : public autograd::Function {
     if (N == 0 && dw_sum.defined()) dw_sum.zero_();
     const Tensor& dw_target = dw_leaf.defined() ? dw_leaf : dw_sum;
     Tensor logits = Tensor::empty({std::min(chunk_, N), V}, dtype);
+    const MatrixBatch w = as_matrices(w_);
     for (std::int64_t r0 = 0; r0 < N; r0 += chunk_) {
-      const std::int64_t r1 = std::min(N, r0 + chunk_), rows = r1 - r0;
-      const Tensor part = logits.slice(0, 0, rows);
-      const Tensor h_rows = h_.slice(0, r0, r1);
-      gemm_into(part, h_rows, false, w_, true, rows, V, C, dtype, false);
+      const std::int64_t r1 = std::min(N, r0 + chunk_);
+      const Tensor part = logits.slice(0, 0, r1 - r0);
+      const MatrixBatch h_rows = as_matrices(h_.slice(0, r0, r1));
+      multiply(h_rows, w.transposed(), part);
       // The chunk's logits become their gradient in place.
       kernels::cross_entropy_backward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1), count_, dloss,
                                       part);
-      if (dh.defined()) gemm_into(dh.slice(0, r0, r1), part, false, w_, false, rows, C, V, dtype, false);
+      const MatrixBatch dlogits = as_matrices(part);
+      if (dh.defined()) multiply(dlogits, w, dh.slice(0, r0, r1));
       if (dw_target.defined())
-        gemm_into(dw_target, part, true, h_rows, false, V, C, rows, dtype, dw_leaf.defined() || r0 > 0);
+        multiply(dlogits.transposed(), h_rows, dw_target, nullptr, dw_leaf.defined() || r0 > 0, dtype);
     }
     const Tensor dw = dw_sum.defined() ? cast(dw_sum, dtype) : Tensor();
     release_saved();
