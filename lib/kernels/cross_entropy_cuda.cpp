@@ -2,7 +2,7 @@
 //
 // Forward reads the row's logits once: each thread keeps a running (max, sum of exp(x - max)) over
 // its elements, rescaling the sum when the max grows, and the pairs are merged across the block in
-// a fixed order; the row's logsumexp, loss and count go to small per-row arrays, and one block then
+// a fixed order (team_merge); the row's logsumexp, loss and count go to small per-row arrays, and one block then
 // folds the losses into the mean in row order (deterministic, no atomics, no host round trip).
 // Backward reads the logits a second time and writes (exp(x - lse) - onehot) * grad / count: the
 // logits are read twice in all and the probabilities are never stored.
@@ -21,6 +21,7 @@ namespace {
 using namespace cuda;
 
 constexpr int kThreads = 512;
+constexpr int kUnroll = 2;  // forward: 16-byte packs a thread loads at a time
 
 // A row split into [0, head) scalar, head + [0, packs * N) in packs of N, the rest scalar.
 template <int N, class T>
@@ -38,74 +39,63 @@ struct RowSplit {
   }
 };
 
-struct MaxSum {
-  float m, s;
-};
-
-// The pair for the union of two sets of elements; symmetric in its arguments, bit for bit.
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = a.m > b.m ? a.m : b.m;
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const MaxSum w{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)};
-    v = merge(v, w);
-  }
-  return v;
-}
-
 template <class T, class I, int N>
 __global__ void __launch_bounds__(kThreads)
     ce_forward_kernel(const T* __restrict__ x, const I* __restrict__ targets, std::int64_t ignore,
                       float* __restrict__ lse, float* __restrict__ row_loss, float* __restrict__ row_count,
                       BadIndexRecord bad, std::int64_t V) {
-  __shared__ float wm[32], ws[32];
+  __shared__ float buf[kMaxTeamsPerBlock * 32];
   const std::int64_t r = blockIdx.x;
   const T* xr = x + r * V;
   const RowSplit<N, T> split(xr, V);
   MaxSum acc{MaxOp::identity(), 0.0f};
+  // exp by the hardware's ex2.approx (__expf): x - max <= 0 here, where it is within
+  // 2 + |1.16 (x - max)| ulp; the accurate expf costs several instructions an element in a loop
+  // that should be bound by memory.
   auto add = [&](float v) {
     if (v > acc.m) {
-      acc.s = acc.s * expf(acc.m - v) + 1.0f;
+      acc.s = acc.s * __expf(acc.m - v) + 1.0f;
       acc.m = v;
     } else {
-      acc.s += expf(v - acc.m);
+      acc.s += __expf(v - acc.m);
     }
   };
   for (std::int64_t j = threadIdx.x; j < split.head; j += blockDim.x) add(to_float(xr[j]));
   const T* body = xr + split.head;
-  for (std::int64_t p = threadIdx.x; p < split.packs; p += blockDim.x) {
-    float v[N];
-    load<N>(body + p * N, v);
-    float pm = v[0];
+  // kUnroll packs a thread at a time, loaded before any is reduced (more loads in flight), the
+  // running max moved at most once for them.
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * kUnroll;
+  for (std::int64_t p0 = threadIdx.x; p0 < split.packs; p0 += step) {
+    float v[kUnroll][N];
+    bool have[kUnroll];
 #pragma unroll
-    for (int k = 1; k < N; ++k) pm = pm > v[k] ? pm : v[k];
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t p = p0 + static_cast<std::int64_t>(u) * blockDim.x;
+      have[u] = p < split.packs;
+      if (have[u]) load<N>(body + p * N, v[u]);
+    }
+    float pm = acc.m;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (have[u])
+#pragma unroll
+        for (int k = 0; k < N; ++k) pm = pm > v[u][k] ? pm : v[u][k];
     if (pm > acc.m) {
-      acc.s *= expf(acc.m - pm);
+      acc.s *= __expf(acc.m - pm);
       acc.m = pm;
     }
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < N; ++k) s += expf(v[k] - acc.m);
+    for (int u = 0; u < kUnroll; ++u)
+      if (have[u])
+#pragma unroll
+        for (int k = 0; k < N; ++k) s += __expf(v[u][k] - acc.m);
     acc.s += s;
   }
   for (std::int64_t j = split.head + split.packs * N + threadIdx.x; j < V; j += blockDim.x) add(to_float(xr[j]));
 
-  acc = warp_merge(acc);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    wm[warp] = acc.m;
-    ws[warp] = acc.s;
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  const int warps = blockDim.x >> 5;
-  acc = lane < warps ? MaxSum{wm[lane], ws[lane]} : MaxSum{MaxOp::identity(), 0.0f};
-  acc = warp_merge(acc);
-  if (lane != 0) return;
+  acc = team_merge(acc, buf);
+  if (threadIdx.x != 0) return;
   const float log_sum = logf(acc.s);
   lse[r] = acc.m + log_sum;
   const std::int64_t t = static_cast<std::int64_t>(targets[r]);

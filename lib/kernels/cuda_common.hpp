@@ -249,13 +249,49 @@ __device__ __forceinline__ float2 team_sum2(float a, float b, float* buf) {
   return make_float2(a, b);
 }
 
+// A running maximum and the sum of exp(x - m) over the same elements: a logsumexp's two row
+// reductions as one (the cross-entropy's).
+struct MaxSum {
+  float m, s;
+};
+
+// The pair for the union of two sets of elements; symmetric in its arguments, bit for bit.
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = a.m > b.m ? a.m : b.m;
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// Butterfly over the 32 lanes, as warp_reduce: every lane ends with the same pair.
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  return v;
+}
+
+// The pair over a team in one round through shared memory (as team_sum2: at most 16 warps).
+__device__ __forceinline__ MaxSum team_merge(MaxSum v, float* buf) {
+  v = warp_merge(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float* mine = buf + threadIdx.y * 32;
+  if (lane == 0) {
+    mine[warp] = v.m;
+    mine[16 + warp] = v.s;
+  }
+  __syncthreads();
+  v = warp_merge(lane < warps ? MaxSum{mine[lane], mine[16 + lane]} : MaxSum{MaxOp::identity(), 0.0f});
+  __syncthreads();  // buf is free for the next reduction
+  return v;
+}
+
 // How many threads share a row: the narrowest power-of-two team (at least a warp) in whose
 // registers the row's `packs` fit at `packs_per_thread` each, and how many teams a block holds.
 // Teams of up to 512 threads leave each thread 128 registers; a wider row gets threads == 0 and
 // goes to the portable kernels.
 constexpr int kRowBlockThreads = 256;
 constexpr int kMaxTeamThreads = 512;
-static_assert(kMaxTeamThreads / 32 <= 16, "team_sum2 keeps up to 16 warps' sums of each kind per team");
+static_assert(kMaxTeamThreads / 32 <= 16, "team_sum2 and team_merge keep up to 16 warps' values of each kind per team");
 
 struct RowGeometry {
   int threads = 0;  // blockDim.x

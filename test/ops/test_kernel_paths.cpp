@@ -178,9 +178,10 @@ TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
 
 TEST(KernelPaths, SoftmaxAtEveryRowWidth) {
   std::uint32_t seed = 200;
-  // 20000 rows of 64: more rows than resident teams, so each team walks several.
+  // 20000 rows of 64: more rows than resident teams, so each team walks several; 1600 (GPT-2 XL's
+  // width) takes teams of two warps, which reduce through shared memory.
   const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{19, 1024}, {19, 4000}, {19, 50}, {19, 20000},
-                                                                     {20000, 64}};
+                                                                     {20000, 64}, {300, 1600}};
   for (DType dt : kDtypes)
     for (const auto& [rows, C] : shapes) {
       const auto xv = rounded_to(random_floats(rows * C, seed++, -4.0f, 4.0f), dt);
