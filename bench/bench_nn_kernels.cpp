@@ -11,7 +11,8 @@
 // kernel kReps times and then waits, so launch and synchronization costs do not hide the kernel.
 //
 // Traffic counted: norm/softmax forward read x and write y (2 row tensors), backward read x (or y)
-// and dy and write dx (3); cross-entropy forward reads the logits (1), backward reads them and
+// and dy and write dx (3; 4 for the LayerNorm backward as a block runs it, which also reads the dx
+// it adds into); cross-entropy forward reads the logits (1), backward reads them and
 // writes their gradient (2); GELU forward 2, backward 3; add 3; SwiGLU forward 3, backward 5;
 // embedding forward reads and writes the looked-up rows (2 x tokens x width), backward reads the
 // output gradient and writes the whole f32 table gradient; AdamW reads gradient, moments and
@@ -118,6 +119,20 @@ void BM_LayerNormBackward(benchmark::State& state) {
   kernels::layer_norm_forward(c.x, c.w, c.b, 1e-5f, c.y, c.mean, c.rstd);
   measure(state, 3.0 * c.x.nbytes(), dtype_name(dt),
           [&] { kernels::layer_norm_backward(c.dy, c.x, c.w, c.mean, c.rstd, c.dx, c.dw, c.db); });
+}
+
+// As a transformer block runs it: dx added into the gradient the residual branch already gave x
+// (read and written), dW and db added into f32 gradient buffers.
+void BM_LayerNormBackwardInBlock(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  NormCase c(state.range(0), state.range(1), dt);
+  kernels::layer_norm_forward(c.x, c.w, c.b, 1e-5f, c.y, c.mean, c.rstd);
+  const Tensor dw = Tensor::zeros({state.range(1)}), db = Tensor::zeros({state.range(1)});
+  c.dx.zero_();
+  measure(state, 4.0 * c.x.nbytes(), dtype_name(dt), [&] {
+    kernels::layer_norm_backward(c.dy, c.x, c.w, c.mean, c.rstd, c.dx, dw, db, /*accumulate=*/true,
+                                 /*add_into_dx=*/true);
+  });
 }
 
 void BM_RmsNormForward(benchmark::State& state) {
@@ -302,6 +317,7 @@ void token_sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Copy)->Apply(row_sizes);
 BENCHMARK(BM_LayerNormForward)->Apply(row_sizes);
 BENCHMARK(BM_LayerNormBackward)->Apply(row_sizes);
+BENCHMARK(BM_LayerNormBackwardInBlock)->Apply(row_sizes);
 BENCHMARK(BM_RmsNormForward)->Apply(row_sizes);
 BENCHMARK(BM_RmsNormBackward)->Apply(row_sizes);
 BENCHMARK(BM_SoftmaxForward)->Apply(row_sizes);
