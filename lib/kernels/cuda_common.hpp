@@ -285,8 +285,8 @@ __device__ __forceinline__ MaxSum team_merge(MaxSum v, float* buf) {
   return v;
 }
 
-// How many threads share a row: the narrowest power-of-two team (at least a warp) in whose
-// registers the row's `packs` fit at `packs_per_thread` each, and how many teams a block holds.
+// How many threads share a row: the narrowest team of whole warps in whose registers the row's
+// `packs` fit at `packs_per_thread` each, and how many teams a block holds.
 // Teams of up to 512 threads leave each thread 128 registers; a wider row gets threads == 0 and
 // goes to the portable kernels.
 constexpr int kRowBlockThreads = 256;
@@ -300,11 +300,11 @@ struct RowGeometry {
 
 inline RowGeometry row_geometry(std::int64_t packs, int packs_per_thread) {
   RowGeometry g;
-  int threads = 32;
-  while (static_cast<std::int64_t>(threads) * packs_per_thread < packs && threads < kMaxTeamThreads) threads *= 2;
-  if (static_cast<std::int64_t>(threads) * packs_per_thread < packs) return g;
-  g.threads = threads;
-  g.teams = std::max(1, std::min(kMaxTeamsPerBlock, kRowBlockThreads / threads));
+  const std::int64_t needed = (packs + packs_per_thread - 1) / packs_per_thread;
+  const std::int64_t threads = std::max<std::int64_t>(32, (needed + 31) / 32 * 32);
+  if (threads > kMaxTeamThreads) return g;
+  g.threads = static_cast<int>(threads);
+  g.teams = std::max(1, std::min(kMaxTeamsPerBlock, kRowBlockThreads / g.threads));
   return g;
 }
 
