@@ -144,11 +144,12 @@ void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, bool a
 TEST(KernelPaths, NormsAtEveryRowWidth) {
   std::uint32_t seed = 10;
   // 768/1600/2048: GPT-2 widths (bf16 forward: 32, 64 and 64 threads a row; backward: 96 threads of
-  // one pack, 128 and 128 of two); 8192: the widest row kept in
+  // one pack, 128 and 128 of two); 2560: teams that are not a power of two in both (96 and 160
+  // threads); 8192: the widest row kept in
   // registers in backward; 12000: forward in registers, backward portable; 20000: portable; 100 and
   // 7: widths that take element-wise loads.
   for (DType dt : kDtypes)
-    for (std::int64_t C : {768, 1600, 2048, 8192, 12000, 20000, 100, 7})
+    for (std::int64_t C : {768, 1600, 2048, 2560, 8192, 12000, 20000, 100, 7})
       for (bool centered : {true, false}) run_norm(centered, 37, C, dt, true, 0, true, seed++);
 }
 
@@ -180,9 +181,9 @@ TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
 TEST(KernelPaths, SoftmaxAtEveryRowWidth) {
   std::uint32_t seed = 200;
   // 20000 rows of 64: more rows than resident teams, so each team walks several; 1600 (GPT-2 XL's
-  // width) takes teams of two warps, which reduce through shared memory.
+  // width) takes teams of two warps, which reduce through shared memory; 2560 three warps.
   const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{19, 1024}, {19, 4000}, {19, 50}, {19, 20000},
-                                                                     {20000, 64}, {300, 1600}};
+                                                                     {20000, 64}, {300, 1600}, {300, 2560}};
   for (DType dt : kDtypes)
     for (const auto& [rows, C] : shapes) {
       const auto xv = rounded_to(random_floats(rows * C, seed++, -4.0f, 4.0f), dt);
