@@ -2,8 +2,9 @@
 //
 // Forward reads the row's logits once: each thread keeps a running (max, sum of exp(x - max)) over
 // its elements, rescaling the sum when the max grows, and the pairs are merged across the block in
-// a fixed order (team_merge); the row's logsumexp, loss and count go to small per-row arrays, and one block then
-// folds the losses into the mean in row order (deterministic, no atomics, no host round trip).
+// a fixed order (team_merge); the row's logsumexp, loss and count go to small per-row arrays, and
+// one block then folds the losses into the mean in row order (deterministic, no atomics, no host
+// round trip).
 // Backward reads the logits a second time and writes (exp(x - lse) - onehot) * grad / count: the
 // logits are read twice in all and the probabilities are never stored.
 //
