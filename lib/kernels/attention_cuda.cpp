@@ -323,12 +323,12 @@ __device__ inline bool hidden(int key, int query, const Problem& p) {
   return key >= p.tk || (p.causal && key > query + p.shift);
 }
 
-// The wgmma kernels mask only tiles that cross the diagonal or an end, in a pass of its own under a
+// The kernels mask only tiles that cross the diagonal or an end, in a pass of its own under a
 // branch the warp takes as one. Tested element by element inside the softmax's loop, the tile's
 // "partial" flag became a predicate on every element, so every tile paid for the mask's integer
-// arithmetic (at GPT-2 XL's shape dK/dV ran 41% more instructions, dQ 32% more; with the pass the
-// forward went from 242 to 279 TFLOP/s, the backward from 231 to 252). The mma.sync kernels still
-// test inline.
+// arithmetic (at GPT-2 XL's shape the wgmma dK/dV ran 41% more instructions, dQ 32% more; with
+// the pass the wgmma forward went from 242 to 279 TFLOP/s, the backward from 231 to 252, and the
+// mma.sync kernels at a 128-wide head from 153 to 164 and 152 to 158).
 
 // Sets to `value` the elements of a warp's 16 M x N tile (queries from w0, keys from key0) that the
 // mask hides or that lie past the last key.
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
         product_nt<E, D, M, N>(s, qf, kbuf + b * N * ld, lane);
         // The scores stay unscaled until the exponent, one FFMA per element: with scale > 0 (the
         // forward requires it) the max of the raw scores, scaled, is the max of the scaled ones.
-        const bool partial = qw.partial(key0, p);  // masks needed
+        if (qw.partial(key0, p)) mask_scores<M, N>(s, w0, key0, lane, p, -INFINITY);
         float tile_max[M][2];
 #pragma unroll
         for (int m = 0; m < M; ++m) {
@@ -408,14 +408,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Rows q, Rows k, Rows 
 #pragma unroll
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float x = s[m][n][e];
-              if (partial) {
-                if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, m, e), p)) x = -INFINITY;
-              }
-              s[m][n][e] = x;
-              tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], x);
-            }
+            for (int e = 0; e < 4; ++e) tile_max[m][e / 2] = fmaxf(tile_max[m][e / 2], s[m][n][e]);
         }
         float alpha[M][2], base[M][2];
 #pragma unroll
@@ -988,16 +981,15 @@ __global__ void __launch_bounds__(kThreads) backward_kv_kernel(Rows q, Rows k, R
 #pragma unroll
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int c = acc_col(lane, n, e);
-              float pr = exp2_fast(pt[m][n][e] * p.scale_log2 - lse_s[c]);
-              if (partial) {
-                const int i = q0 + c, key = w0 + acc_row(lane, m, e);
-                if (i >= p.tq || hidden(key, i, p)) pr = 0.0f;
-              }
-              pt[m][n][e] = pr;
-              dst[m][n][e] = pr * (dst[m][n][e] - delta_s[c]);
-            }
+            for (int e = 0; e < 4; ++e)
+              pt[m][n][e] = exp2_fast(pt[m][n][e] * p.scale_log2 - lse_s[acc_col(lane, n, e)]);
+        if (partial) mask_probabilities_transposed<M, N>(pt, w0, q0, lane, p);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dst[m][n][e] = pt[m][n][e] * (dst[m][n][e] - delta_s[acc_col(lane, n, e)]);
         accumulate_pb<E, D, M, N>(dv_acc, pt, dos, lane);
         accumulate_pb<E, D, M, N>(dk_acc, dst, qs, lane);
       });
@@ -1058,13 +1050,14 @@ __global__ void __launch_bounds__(kThreads) backward_q_kernel(Rows q, Rows k, Ro
 #pragma unroll
           for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float pr = exp2_fast(s[m][n][e] * p.scale_log2 - lse2[m][e / 2]);
-              if (partial) {
-                if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, m, e), p)) pr = 0.0f;
-              }
-              ds[m][n][e] = pr * (ds[m][n][e] - delta_row[m][e / 2]);
-            }
+            for (int e = 0; e < 4; ++e) s[m][n][e] = exp2_fast(s[m][n][e] * p.scale_log2 - lse2[m][e / 2]);
+        if (partial) mask_scores<M, N>(s, w0, key0, lane, p, 0.0f);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ds[m][n][e] = s[m][n][e] * (ds[m][n][e] - delta_row[m][e / 2]);
         accumulate_pb<E, D, M, N>(dq_acc, ds, ks, lane);
       });
   store_rows<E, D, M>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
