@@ -199,6 +199,17 @@ using Acc = float[M][N / 8][4];
 __device__ inline int acc_row(int lane, int m, int e) { return 16 * m + lane / 4 + (e >= 2 ? 8 : 0); }
 __device__ inline int acc_col(int lane, int n, int e) { return 8 * n + 2 * (lane % 4) + (e & 1); }
 
+// Calls f(m, n, e) for each element of a warp's 16 M x N accumulator tile, fully unrolled.
+template <int M, int N, class F>
+__device__ __forceinline__ void for_each_element(F&& f) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(m, n, e);
+}
+
 template <int M, int N>
 __device__ inline void clear(float (&acc)[M][N][4]) {
 #pragma unroll
@@ -334,28 +345,19 @@ __device__ inline bool hidden(int key, int query, const Problem& p) {
 // mask hides or that lie past the last key.
 template <int M, int N>
 __device__ inline void mask_scores(Acc<M, N>& s, int w0, int key0, int lane, const Problem& p, float value) {
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, m, e), p)) s[m][n][e] = value;
+  for_each_element<M, N>([&](int m, int n, int e) {
+    if (hidden(key0 + acc_col(lane, n, e), w0 + acc_row(lane, m, e), p)) s[m][n][e] = value;
+  });
 }
 
 // The same for a transposed tile (keys from w0, queries from q0; a query past the last is hidden
 // too), setting probabilities to zero.
 template <int M, int N>
 __device__ inline void mask_probabilities_transposed(Acc<M, N>& pt, int w0, int q0, int lane, const Problem& p) {
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = q0 + acc_col(lane, n, e), key = w0 + acc_row(lane, m, e);
-        if (i >= p.tq || hidden(key, i, p)) pt[m][n][e] = 0.0f;
-      }
+  for_each_element<M, N>([&](int m, int n, int e) {
+    const int i = q0 + acc_col(lane, n, e), key = w0 + acc_row(lane, m, e);
+    if (i >= p.tq || hidden(key, i, p)) pt[m][n][e] = 0.0f;
+  });
 }
 
 // ---- Kernels --------------------------------------------------------------------------------
@@ -857,15 +859,11 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
     hold(s);
     hold(ds);
     const bool partial = qw.partial(key0, p);
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][n][e] = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
+    for_each_element<1, kWgTile>([&](int, int n, int e) {
+      s[0][n][e] = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
+    });
     if (partial) mask_scores<1, kWgTile>(s, w0, key0, lane, p, 0.0f);
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[0][n][e] = s[0][n][e] * (ds[0][n][e] - delta_row[e / 2]);
+    for_each_element<1, kWgTile>([&](int, int n, int e) { ds[0][n][e] = s[0][n][e] * (ds[0][n][e] - delta_row[e / 2]); });
     std::uint32_t da[4][4];
     pack_a<E>(da, ds);
     wgmma_fence();
@@ -1045,19 +1043,13 @@ __global__ void __launch_bounds__(kThreads) backward_q_kernel(Rows q, Rows k, Ro
         product_nt<E, D, M, N>(s, qs + warp * 16 * M * ld, ks, lane);
         product_nt<E, D, M, N>(ds, dos + warp * 16 * M * ld, vbuf + b * N * ld, lane);
         const bool partial = qw.partial(key0, p);
-#pragma unroll
-        for (int m = 0; m < M; ++m)
-#pragma unroll
-          for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][n][e] = exp2_fast(s[m][n][e] * p.scale_log2 - lse2[m][e / 2]);
+        for_each_element<M, N>([&](int m, int n, int e) {
+          s[m][n][e] = exp2_fast(s[m][n][e] * p.scale_log2 - lse2[m][e / 2]);
+        });
         if (partial) mask_scores<M, N>(s, w0, key0, lane, p, 0.0f);
-#pragma unroll
-        for (int m = 0; m < M; ++m)
-#pragma unroll
-          for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) ds[m][n][e] = s[m][n][e] * (ds[m][n][e] - delta_row[m][e / 2]);
+        for_each_element<M, N>([&](int m, int n, int e) {
+          ds[m][n][e] = s[m][n][e] * (ds[m][n][e] - delta_row[m][e / 2]);
+        });
         accumulate_pb<E, D, M, N>(dq_acc, ds, ks, lane);
       });
   store_rows<E, D, M>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
