@@ -863,7 +863,9 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
       s[0][n][e] = exp2_fast(s[0][n][e] * p.scale_log2 - lse2[e / 2]);
     });
     if (partial) mask_scores<1, kWgTile>(s, w0, key0, lane, p, 0.0f);
-    for_each_element<1, kWgTile>([&](int, int n, int e) { ds[0][n][e] = s[0][n][e] * (ds[0][n][e] - delta_row[e / 2]); });
+    for_each_element<1, kWgTile>([&](int, int n, int e) {
+      ds[0][n][e] = s[0][n][e] * (ds[0][n][e] - delta_row[e / 2]);
+    });
     std::uint32_t da[4][4];
     pack_a<E>(da, ds);
     wgmma_fence();
