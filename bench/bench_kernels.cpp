@@ -145,6 +145,25 @@ void BM_LinearForward(benchmark::State& state) {
   report_flops(state, 2.0 * m * n * k, dt);
 }
 
+// An MLP's first layer with no gradient recorded (a recomputed block's first pass), two ways:
+// gelu(linear(x, W, b)), a GELU pass over the rounded product, or linear_gelu, the GELU in the
+// GEMM's epilogue.
+void BM_LinearGeluForward(benchmark::State& state) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const DType dt = dtype_arg(state.range(3));
+  const bool fused = state.range(4) != 0;
+  const Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2), b = random_tensor({n}, dt, 4);
+  NoGradGuard no_grad;
+  const auto pass = [&] { return fused ? linear_gelu(x, w, b) : gelu(linear(x, w, b)); };
+  pass();  // warm-up
+  for (auto _ : state) {
+    Tensor y = pass();
+    benchmark::DoNotOptimize(y.data());
+    sync();
+  }
+  report_flops(state, 2.0 * m * n * k, dt);
+}
+
 // A Linear's weight gradient dW [n, k] = dy^T [n, m] x [m, k] (m tokens) as the GEMM alone, two
 // ways: written as a new tensor of the operands' dtype (beta 0), or added into an f32 gradient
 // buffer (f32 output, beta 1), which is how a ZeRO block's layers take theirs.
@@ -347,6 +366,18 @@ void linear_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// GPT-2's first MLP layers: a small one on the host; on a GPU 124M's at batch 32 and XL's at
+// batch 16 x 1024 tokens. Args: tokens, in, out, dtype, fused.
+void mlp_in_shapes(benchmark::internal::Benchmark* b) {
+  const bool host = memory::is_host();
+  const std::vector<std::vector<std::int64_t>> shapes =
+      host ? std::vector<std::vector<std::int64_t>>{{512, 768, 3072}}
+           : std::vector<std::vector<std::int64_t>>{{32 * 1024, 768, 3072}, {16 * 1024, 1600, 6400}};
+  for (const auto& s : shapes)
+    for (std::int64_t fused : {0, 1}) b->Args({s[0], s[1], s[2], 1, fused});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // GPT-2's vocabulary as bmt-train pads it (50304, a multiple of 64: an odd row length costs the
 // GEMMs their fast kernels): a small head on the host; on a GPU GPT-2 XL's at batch 16 x 1024,
 // whole and in chunks of 1024, 2048 and 4096 rows.
@@ -391,6 +422,7 @@ BENCHMARK(BM_Matmul)->Apply(gemm_shapes);
 BENCHMARK(BM_VendorGemm)->Apply(vendor_shapes);
 BENCHMARK(BM_LinearForwardBackward)->Apply(linear_shapes);
 BENCHMARK(BM_LinearForward)->Apply(linear_shapes);
+BENCHMARK(BM_LinearGeluForward)->Apply(mlp_in_shapes);
 BENCHMARK(BM_WeightGradient)->Apply(weight_gradient_shapes);
 BENCHMARK(BM_HeadAndLoss)->Apply(head_shapes);
 BENCHMARK(BM_BiasGradient)->Apply(bias_shapes);

@@ -24,6 +24,11 @@ inline void check_gemm(const GemmParams& p) {
               "gemm: expected the GELU backward with batch 1, beta 0, no bias and C in the operands' dtype, found "
               "batch " << p.batch << ", beta " << p.beta << (p.bias ? ", a bias" : "")
                        << (p.f32_output ? ", an f32 C" : ""));
+  BMT_REQUIRE(p.gelu_output || !p.gelu_pre, "gemm: expected gelu_pre only with gelu_output");
+  BMT_REQUIRE(!p.gelu_output || (p.batch == 1 && p.beta == 0.0f && !p.f32_output && !p.gelu_input),
+              "gemm: expected the GELU with batch 1, beta 0, C in the operands' dtype and no GELU backward, found "
+              "batch " << p.batch << ", beta " << p.beta << (p.f32_output ? ", an f32 C" : "")
+                       << (p.gelu_input ? ", a GELU input" : ""));
   constexpr std::int64_t kIntMax = 2147483647;
   BMT_REQUIRE(std::max({p.m, p.n, p.k, p.a.ld, p.b.ld, p.ldc}) <= kIntMax,
               "gemm: expected sizes and leading dimensions below 2^31, found m=" << p.m << " n=" << p.n << " k=" << p.k);

@@ -4,10 +4,11 @@
 // operand and A its second, each with its own transpose flag; no data moves. One handle and one
 // workspace serve every call; the matmul descriptor, layouts and the chosen algorithm are cached per
 // problem (shape, layout, dtype, pointer alignment, epilogue), so a training step's repeated shapes
-// pay for the heuristic query once. Calls are queued on the compute stream. The bias and the GELU
-// backward are cuBLASLt epilogues (BIAS, DGELU). Where cuBLASLt has no DGELU kernel for a problem
-// (it declines some widths and alignments of the GELU input), the plain GEMM runs and the
-// derivative follows as an elementwise pass over the rounded product.
+// pay for the heuristic query once. Calls are queued on the compute stream. The bias, the GELU and
+// its backward are cuBLASLt epilogues (BIAS; GELU, GELU_BIAS and their AUX forms, which also write
+// the pre-activation; DGELU). Where cuBLASLt has no GELU or DGELU kernel for a problem (it declines
+// some widths and alignments), the GEMM runs without it and the GELU or its derivative follows as
+// an elementwise pass over the rounded product.
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (which a probe found up
@@ -62,10 +63,11 @@ struct PlanKey {
   std::int64_t m, n, k, batch, lda, ldb, ldc, sa, sb, sc;
   std::int64_t align_a, align_b, align_c, align_bias;
   std::int64_t f32_output, gelu_backward, align_gelu;
+  std::int64_t gelu_forward, gelu_pre, align_pre;
 
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(PlanKey) == 21 * sizeof(std::int64_t), "PlanKey must have no padding");
+static_assert(sizeof(PlanKey) == 24 * sizeof(std::int64_t), "PlanKey must have no padding");
 
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
@@ -83,7 +85,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   // The heuristic's candidates, best first, while the plan waits to be timed on real operands.
   std::vector<cublasLtMatmulAlgo_t> candidates;
-  bool gelu_after = false;  // a GELU-backward problem without the epilogue: the derivative follows
+  bool gelu_after = false;  // a GELU or GELU-backward problem without its epilogue: a pass follows
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -132,12 +134,16 @@ class LtSession {
     if (p.bias)
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
                                                       sizeof p.bias));
-    if (p.gelu_input && !plan.gelu_after)
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                      &p.gelu_input, sizeof p.gelu_input));
+    const void* aux = p.gelu_input ? p.gelu_input : p.gelu_pre;
+    if (aux && !plan.gelu_after)
+      BMT_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     if (!plan.candidates.empty()) tune(plan, key, p);
-    BMT_CUBLAS_CHECK(matmul(plan, p, p.c, plan.algo));
-    if (plan.gelu_after) gelu_backward_in_place(p);
+    // A GELU that follows the GEMM reads the product from where its input is to be kept.
+    void* product = plan.gelu_after && p.gelu_pre ? p.gelu_pre : p.c;
+    BMT_CUBLAS_CHECK(matmul(plan, p, product, plan.algo));
+    if (plan.gelu_after && p.gelu_output) gelu_after_gemm(p, product);
+    if (plan.gelu_after && p.gelu_input) gelu_backward_in_place(p);
   }
 
   bool gelu_in_epilogue(const GemmParams& p) {
@@ -164,6 +170,9 @@ class LtSession {
     key.f32_output = p.f32_output;
     key.gelu_backward = p.gelu_input != nullptr;
     key.align_gelu = p.gelu_input ? alignment(p.gelu_input) : 0;
+    key.gelu_forward = p.gelu_output;
+    key.gelu_pre = p.gelu_pre != nullptr;
+    key.align_pre = p.gelu_pre ? alignment(p.gelu_pre) : 0;
     return key;
   }
 
@@ -175,6 +184,15 @@ class LtSession {
       it = plans_.emplace(key, make_plan(key)).first;
     }
     return *it->second;
+  }
+
+  // C = gelu(product) over the [m, n] product (contiguous rows: ldc == n).
+  static void gelu_after_gemm(const GemmParams& p, void* product) {
+    BMT_REQUIRE(p.ldc == p.n, "gemm: the GELU after a GEMM without the GELU epilogue needs contiguous rows, found ldc="
+                                  << p.ldc << " for n=" << p.n);
+    const Tensor c = Tensor::wrap(p.c, {p.m, p.n}, p.dtype);
+    const Tensor x = Tensor::wrap(product, {p.m, p.n}, p.dtype);
+    BMT_REQUIRE(fast::activation_forward(Activation::gelu, c, x), "gemm: no GELU kernel for " << dtype_name(p.dtype));
   }
 
   // C = C * gelu'(X) over the [m, n] product (contiguous rows: ldc == n).
@@ -234,6 +252,20 @@ class LtSession {
     cudaEventDestroy(start);
   }
 
+  static cublasLtEpilogue_t epilogue_of(const PlanKey& key) {
+    if (key.gelu_backward) return CUBLASLT_EPILOGUE_DGELU;  // D = (A B) * gelu'(aux)
+    if (key.gelu_forward) {
+      if (key.gelu_pre) return key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return key.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    }
+    return key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+
+  static void set_epilogue(Plan& plan, cublasLtEpilogue_t epilogue) {
+    BMT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  }
+
   std::unique_ptr<Plan> make_plan(const PlanKey& key) {
     auto plan = std::make_unique<Plan>();
     const DType dtype = static_cast<DType>(key.dtype);
@@ -247,17 +279,12 @@ class LtSession {
                                                     sizeof op_second));
     if (key.bias) {
       // Column-major D is [n, m]: the bias runs along its n rows, i.e. along each row-major row.
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                      sizeof epilogue));
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
                                                       sizeof type));
     }
-    if (key.gelu_backward) {
-      // D = (A B) * gelu'(aux), aux laid out like D (its data type is D's by default).
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DGELU;
-      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                      sizeof epilogue));
+    set_epilogue(*plan, epilogue_of(key));
+    if (key.gelu_backward || key.gelu_pre) {
+      // DGELU reads aux, the GELU_AUX forms write it: laid out like D (its data type is D's by default).
       const std::int64_t aux_ld = key.ldc;
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                       sizeof aux_ld));
@@ -290,16 +317,24 @@ class LtSession {
       BMT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second, plan->out,
                                                       plan->out, pref, tune ? kTuneCandidates : 1, results, &found));
     };
-    query();
-    if (found == 0 && key.gelu_backward) {
-      const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-      BMT_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof none));
+    // cuBLASLt's GELU epilogue is less exact than bmt::gelu (CUDA 13.0 on an H200): in f32 up to
+    // 4e-5 off at outputs near 0.01 (bmt::gelu: about an ulp); in bf16/f16 within three roundings
+    // of the output where C's rows are whole 16-byte units, but several times further off where
+    // they are not (2% of small f16 outputs). f32, the dtype for exact results, and such rows take
+    // the pass.
+    const std::int64_t row_bytes = key.n * static_cast<std::int64_t>(dtype_size(dtype));
+    const bool exact_gelu = key.gelu_forward && (dtype == DType::f32 || row_bytes % 16 != 0 ||
+                                                 key.ldc * static_cast<std::int64_t>(dtype_size(dtype)) % 16 != 0 ||
+                                                 key.align_c < 16 || (key.gelu_pre && key.align_pre < 16));
+    if (!exact_gelu) query();
+    if (found == 0 && (key.gelu_backward || key.gelu_forward)) {
+      set_epilogue(*plan, key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
       plan->gelu_after = true;
       query();
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    const std::string epilogue = key.bias ? ", bias epilogue" : "";
+    const std::string epilogue = std::string(key.bias ? ", bias" : "") + (key.gelu_forward ? ", GELU" : "") +
+                                 (key.gelu_backward ? ", GELU backward" : "");
     BMT_REQUIRE(found > 0, "gemm: cuBLASLt has no algorithm for " << dtype_name(dtype) << " m=" << key.m
                                                                  << " n=" << key.n << " k=" << key.k
                                                                  << " batch=" << key.batch << " lda=" << key.lda
@@ -342,6 +377,11 @@ void gemm(const GemmParams& p) {
 }
 
 bool gemm_fuses_gelu_backward(const GemmParams& p) {
+  check_gemm(p);
+  return session().gelu_in_epilogue(p);
+}
+
+bool gemm_fuses_gelu(const GemmParams& p) {
   check_gemm(p);
   return session().gelu_in_epilogue(p);
 }

@@ -1,6 +1,6 @@
 // Host side of the GEMM seam: OpenBLAS sgemm. bf16/f16 operands are widened to f32 scratch
-// matrices, multiplied, and the f32 result (plus bias, times a GELU derivative) is rounded once
-// into C, so every dtype gets f32 products and sums.
+// matrices, multiplied, and the f32 result (plus bias, times a GELU derivative or through a GELU)
+// is rounded once into C, so every dtype gets f32 products and sums.
 #include <cblas.h>
 
 #include "activation_math.hpp"
@@ -20,10 +20,11 @@ struct Matrices {
 };
 
 // dst = src elementwise (converting dtype), plus bias[c] on every row when bias is given, times
-// gelu'(x) when GELU inputs x (laid out like dst) are given.
+// gelu'(x) when GELU inputs x (laid out like dst) are given; with gelu, through a GELU, the value
+// before it written to pre when pre is given.
 template <class D, class S, class B = float>
 void convert(Matrices<D> dst, Matrices<const S> src, std::int64_t batch, std::int64_t rows, std::int64_t cols,
-             const B* bias = nullptr, const D* gelu_input = nullptr) {
+             const B* bias = nullptr, const D* gelu_input = nullptr, bool gelu = false, D* pre = nullptr) {
   const std::int64_t per = rows * cols;
   Kokkos::parallel_for("bmt::gemm_convert", flat_range(batch * per), KOKKOS_LAMBDA(std::int64_t i) {
     const std::int64_t b = i / per, r = (i % per) / cols, c = i % cols;
@@ -31,6 +32,8 @@ void convert(Matrices<D> dst, Matrices<const S> src, std::int64_t batch, std::in
     float v = to_f32(src.data[b * src.batch_stride + r * src.ld + c]);
     if (bias) v += to_f32(bias[c]);
     if (gelu_input) v = ewise::Gelu().backward(to_f32(gelu_input[at]), v);
+    if (pre) pre[at] = from_f32<D>(v);
+    if (gelu) v = ewise::Gelu().forward(v);
     dst.data[at] = from_f32<D>(v);
   });
 }
@@ -79,7 +82,7 @@ void gemm_widened(const GemmParams& p) {
     convert<float, T>(c_wide, {c, p.ldc, p.c_batch_stride}, p.batch, p.m, p.n);
   sgemm_batch(p, a.data_as<float>(), ac, ar * ac, b.data_as<float>(), bc, br * bc, c_wide.data, p.n, p.m * p.n);
   convert<T, float, T>(c_stored, {c_wide.data, p.n, p.m * p.n}, p.batch, p.m, p.n, static_cast<const T*>(p.bias),
-                       static_cast<const T*>(p.gelu_input));
+                       static_cast<const T*>(p.gelu_input), p.gelu_output, static_cast<T*>(p.gelu_pre));
 }
 
 }  // namespace
@@ -99,12 +102,27 @@ void gemm(const GemmParams& p) {
         c[at] = ewise::Gelu().backward(x[at], c[at]);
       });
     }
+    if (p.gelu_output) {
+      float* c = static_cast<float*>(p.c);
+      float* pre = static_cast<float*>(p.gelu_pre);
+      const std::int64_t n = p.n, ldc = p.ldc;
+      Kokkos::parallel_for("bmt::gemm_gelu", flat_range(p.m * n), KOKKOS_LAMBDA(std::int64_t i) {
+        const std::int64_t at = (i / n) * ldc + i % n;
+        if (pre) pre[at] = c[at];
+        c[at] = ewise::Gelu().forward(c[at]);
+      });
+    }
     return;
   }
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
 }
 
 bool gemm_fuses_gelu_backward(const GemmParams& p) {
+  check_gemm(p);
+  return true;
+}
+
+bool gemm_fuses_gelu(const GemmParams& p) {
   check_gemm(p);
   return true;
 }

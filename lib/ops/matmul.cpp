@@ -71,13 +71,20 @@ class Matmul final : public autograd::Function {
   MatrixBatch a_, b_;
 };
 
-// y = x W^T + b, or with gelu_input y = gelu(x) W^T + b: the GELU's backward then rides on the
-// GEMM that computes the gradient of its output (the seam's gelu_input), instead of a pass of its
-// own over the [rows, in] gradient.
+// Where a linear layer's GELU is, if it has one.
+enum class GeluAt { none, input, output };
+
+// y = x W^T + b; with a GELU at the input y = gelu(x) W^T + b: the GELU's backward then rides on
+// the GEMM that computes the gradient of its output (the seam's gelu_input), instead of a pass of
+// its own over the [rows, in] gradient; at the output y = gelu(x W^T + b), the GELU in the GEMM's
+// epilogue (the seam's gelu_output).
 class Linear final : public autograd::DeferrableFunction {
  public:
-  explicit Linear(bool gelu_input = false) : gelu_input_(gelu_input) {}
-  std::string name() const override { return gelu_input_ ? "gelu_linear" : "linear"; }
+  explicit Linear(GeluAt gelu = GeluAt::none)
+      : gelu_input_(gelu == GeluAt::input), gelu_output_(gelu == GeluAt::output) {}
+  std::string name() const override {
+    return gelu_input_ ? "gelu_linear" : gelu_output_ ? "linear_gelu" : "linear";
+  }
   bool prepare_queues_work() const override { return gelu_input_; }
 
   std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
@@ -102,6 +109,8 @@ class Linear final : public autograd::DeferrableFunction {
     w_ = as_matrices(w.detach());
     Shape out_shape = x.shape();
     out_shape.back() = w.size(0);
+    // Backward takes the GELU's derivative at its input, which the GEMM writes out alongside.
+    if (gelu_output_ && is_recording()) pre_gelu_ = Tensor::empty(out_shape, x.dtype());
     return {Tensor::empty(out_shape, x.dtype())};
   }
 
@@ -112,14 +121,25 @@ class Linear final : public autograd::DeferrableFunction {
     if (x_.cols == 0) {  // no inputs: y is the bias on every row
       y.zero_();
       if (b.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, b));
+      if (gelu_output_) {
+        if (pre_gelu_.defined()) pre_gelu_.copy_(y);
+        y.copy_(kernels::activation_forward(kernels::Activation::gelu, y));
+      }
       return;
     }
-    multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
+    if (gelu_output_)
+      multiply_gelu(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr,
+                    pre_gelu_.defined() ? pre_gelu_.data() : nullptr);
+    else
+      multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
     if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
-    const Tensor g = contiguous(grads[0]);
+    // With the GELU at the output, dy is the gradient of its input.
+    const Tensor g = gelu_output_
+                         ? kernels::activation_backward(kernels::Activation::gelu, pre_gelu_, contiguous(grads[0]))
+                         : contiguous(grads[0]);
     const MatrixBatch dy = as_rows(g.dim() == 1 ? g.view({1, g.size(0)}) : g);
     Tensor dx, dw, db;
     // With gelu_input: d pre-activation = (dy W) * gelu'(pre-activation), in the same GEMM. Else
@@ -147,10 +167,10 @@ class Linear final : public autograd::DeferrableFunction {
   }
 
  private:
-  bool gelu_input_;
+  bool gelu_input_, gelu_output_;
   Shape x_shape_;
   MatrixBatch x_, w_;
-  Tensor pre_gelu_;
+  Tensor pre_gelu_;  // the GELU's input (at the input: x; at the output: x W^T + b)
 };
 
 }  // namespace
@@ -162,7 +182,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return autograd::call<Linear>({x, weight, bias}, true)[0];
+  return autograd::call<Linear>({x, weight, bias}, GeluAt::input)[0];
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return autograd::call<Linear>({x, weight, bias}, GeluAt::output)[0];
 }
 
 }  // namespace bmt

@@ -41,14 +41,12 @@ MatrixBatch as_matrices(const Tensor& t) {
   return m;
 }
 
-void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias,
-              bool accumulate, DType operands, const void* gelu_input) {
+namespace {
+
+// The GEMM of out = op(A) op(B), out contiguous, with no epilogue.
+kernels::GemmParams gemm_params(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out) {
   kernels::GemmParams p;
   p.dtype = out.dtype();
-  if (out.dtype() == DType::f32 && operands != DType::f32) {
-    p.dtype = operands;
-    p.f32_output = true;
-  }
   p.m = a.rows;
   p.n = b.cols;
   p.k = a.cols;
@@ -58,9 +56,29 @@ void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, con
   p.c = out.data();
   p.ldc = p.n;
   p.c_batch_stride = p.m * p.n;
+  return p;
+}
+
+}  // namespace
+
+void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias,
+              bool accumulate, DType operands, const void* gelu_input) {
+  kernels::GemmParams p = gemm_params(a, b, out);
+  if (out.dtype() == DType::f32 && operands != DType::f32) {
+    p.dtype = operands;
+    p.f32_output = true;
+  }
   p.bias = bias;
   p.beta = accumulate ? 1.0f : 0.0f;
   p.gelu_input = gelu_input;
+  kernels::gemm(p);
+}
+
+void multiply_gelu(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias, void* pre) {
+  kernels::GemmParams p = gemm_params(a, b, out);
+  p.bias = bias;
+  p.gelu_output = true;
+  p.gelu_pre = pre;
   kernels::gemm(p);
 }
 

@@ -34,6 +34,9 @@ MatrixBatch as_matrices(const Tensor& t);
 void multiply(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias = nullptr,
               bool accumulate = false, DType operands = DType::f32, const void* gelu_input = nullptr);
 
+// out (contiguous [m, n]) = gelu(op(A) op(B) + bias), the GELU on the f32 value; that value
+// rounded to out's dtype is written to pre (laid out like out) when pre is given (GemmParams).
+void multiply_gelu(const MatrixBatch& a, const MatrixBatch& b, const Tensor& out, const void* bias, void* pre);
 // A new [shape] tensor of dtype holding op(A) op(B) (0 for an empty sum).
 Tensor product(const MatrixBatch& a, const MatrixBatch& b, const Shape& shape, DType dtype,
                const void* gelu_input = nullptr);

@@ -1,6 +1,6 @@
 // matmul and linear: values against float64 host products, transposed views read without copies,
 // gradients against finite differences, bf16/f16 against f32, gelu_linear against gelu then linear,
-// and misuse messages.
+// linear_gelu against float64 and against linear then gelu, and misuse messages.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -231,6 +231,109 @@ TEST(GeluLinear, MatchesGeluThenLinearAtNarrowWidthsAndOddOffsets) {
       }
 }
 
+double gelu_reference(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+// linear_gelu against gelu(x W^T + b) in float64 from the same stored inputs, with and without a
+// gradient recorded (when one is, the GEMM also writes the GELU's input for backward). In f32, as
+// exact as bmt::gelu and the same with or without; in bf16/f16 (on a GPU, cuBLASLt's epilogue where
+// rows are whole 16-byte units) within three roundings of the output and one of the GELU's input
+// (gelu' is below 1.13), which is up to two roundings off: the product's and, as cuBLASLt's bias
+// epilogue does for some problems, the product's plus the bias's. The 5-wide rows take the pass on
+// a GPU: the epilogue's kernels for them were measured several times further off.
+void expect_linear_gelu_matches_float64(DType dt, std::int64_t out, bool with_bias) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + " out=" + std::to_string(out) + (with_bias ? " with" : " without") +
+               " a bias");
+  const std::int64_t rows = 24, in = 40;
+  const Tensor x = random_tensor({rows, in}, 80, -1, 1, dt), w = random_tensor({out, in}, 81, -0.5f, 0.5f, dt);
+  const Tensor b = with_bias ? random_tensor({out}, 82, -1, 1, dt) : Tensor();
+  const auto xv = x.to_host_floats(), wv = w.to_host_floats();
+  const auto bv = with_bias ? b.to_host_floats() : std::vector<float>(static_cast<std::size_t>(out), 0.0f);
+  Tensor xg = reshape(x, {2, rows / 2, in}).detach();  // a leading dimension too
+  xg.set_requires_grad(true);
+  const Tensor y = linear_gelu(xg, w, b);
+  EXPECT_EQ(y.shape(), (Shape{2, rows / 2, out}));
+  const auto recorded = y.to_host_floats(), plain = linear_gelu(x, w, b).to_host_floats();
+  if (dt == DType::f32) EXPECT_EQ(plain, recorded);
+  const double u = testing::roundoff(dt);
+  int reported = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double product = 0;
+      for (std::int64_t k = 0; k < in; ++k) product += static_cast<double>(xv[r * in + k]) * wv[o * in + k];
+      const double v = product + bv[o], ref = gelu_reference(v);
+      const double input_error = u * (std::fabs(product) + std::fabs(v));
+      const double tol =
+          dt == DType::f32 ? 1e-5 * (1 + std::fabs(ref)) : 3 * u * std::fabs(ref) + 1.13 * input_error + 1e-5;
+      const std::size_t i = static_cast<std::size_t>(r * out + o);
+      for (float got : {plain[i], recorded[i]})
+        if (!(std::fabs(got - ref) <= tol) && reported++ < 5)
+          ADD_FAILURE() << "element " << i << " is " << got << ", expected " << ref << " (tolerance " << tol << ")";
+    }
+}
+
+TEST(LinearGelu, MatchesFloat64WithAndWithoutAGradient) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (std::int64_t out : {16, 24, 5})
+      for (bool with_bias : {true, false}) expect_linear_gelu_matches_float64(dt, out, with_bias);
+}
+
+TEST(LinearGelu, Gradients) {
+  gradcheck([](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], in[2]); },
+            {random_tensor({3, 5}, 83, -2, 2), random_tensor({4, 5}, 84), random_tensor({4}, 85)});
+  gradcheck([](const std::vector<Tensor>& in) { return linear_gelu(in[0], in[1]); },
+            {random_tensor({2, 3, 8}, 86, -2, 2), random_tensor({6, 8}, 87)});
+}
+
+// linear_gelu is linear then gelu up to the rounding of the GELU's input: outputs within two
+// roundings of the dtype, and gradients close (backward takes the derivative at the rounded input,
+// as gelu's backward does). Rows that are not a multiple of 16 bytes, and f32, take a GELU pass
+// after the GEMM on a GPU (the same values as the separate ops); which path each case took is
+// printed, and checked where it is certain.
+TEST(LinearGelu, MatchesLinearThenGelu) {
+  const std::int64_t rows = 24, in = 16;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (std::int64_t out : {3, 5, 13, 24, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " out=" + std::to_string(out));
+      std::vector<std::vector<float>> results[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Tensor x = random_tensor({rows, in}, 88, -2, 2, dt).set_requires_grad(true);
+        Tensor w = random_tensor({out, in}, 89, -1, 1, dt).set_requires_grad(true);
+        Tensor b = random_tensor({out}, 90, -1, 1, dt).set_requires_grad(true);
+        Tensor y = fused ? linear_gelu(x, w, b) : gelu(linear(x, w, b));
+        y.backward(random_tensor({rows, out}, 91, -1, 1, dt));
+        results[fused] = {y.to_host_floats(), x.grad().to_host_floats(), w.grad().to_host_floats(),
+                          b.grad().to_host_floats()};
+      }
+      const char* what[] = {"output", "dx", "dW", "db"};
+      for (int i = 0; i < 4; ++i) {
+        float largest = 0;
+        for (float v : results[0][i]) largest = std::max(largest, std::fabs(v));
+        // A rounding of the GELU's input moves its output by up to 1.13 of it; the gradients sum
+        // a few such differences.
+        const double unit = dt == DType::f32 ? 1e-5 : (i == 0 ? 2 : 4) * testing::roundoff(dt);
+        const double tol = unit * std::max(largest, 1.0f);
+        for (std::size_t k = 0; k < results[0][i].size(); ++k)
+          EXPECT_NEAR(results[1][i][k], results[0][i][k], tol) << what[i] << " element " << k;
+      }
+      const Tensor xs = Tensor::empty({rows, in}, dt), ws = Tensor::empty({out, in}, dt);
+      const Tensor ys = Tensor::empty({rows, out}, dt), pre = Tensor::empty({rows, out}, dt);
+      kernels::GemmParams p;  // y = gelu(x W^T), as linear_gelu computes it while recording
+      p.dtype = dt;
+      p.m = rows, p.n = out, p.k = in;
+      p.a = {xs.data(), in};
+      p.b = {ws.data(), in, true};
+      p.c = ys.data();
+      p.ldc = out;
+      p.gelu_output = true;
+      p.gelu_pre = pre.data();
+      const bool fused = kernels::gemm_fuses_gelu(p);
+      std::cout << "[ info     ] " << dtype_name(dt) << " out=" << out << ": GELU "
+                << (fused ? "in the GEMM's epilogue" : "in a pass after the GEMM") << "\n";
+      if (!memory::is_host() && (dt == DType::f32 || out * static_cast<std::int64_t>(dtype_size(dt)) % 16 != 0))
+        EXPECT_FALSE(fused);
+    }
+}
+
 // A weight whose gradient buffer already exists (as inside a ZeRO block) gets dW added to it in
 // place by the GEMM; one that has none gets a buffer of its own. Both equal G0 + dy^T x.
 TEST(Linear, WeightGradientAccumulatesIntoAnExistingBuffer) {
@@ -406,6 +509,29 @@ TEST(Matmul, MisuseNamesBothShapes) {
   EXPECT_THAT([&] { linear(Tensor::zeros({2, 3}), Tensor::zeros({4, 3}), Tensor::zeros({5})); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("bias [4]")));
   EXPECT_THROW(matmul(Tensor::zeros({3}), Tensor::zeros({3, 2})), Error);
+  EXPECT_THAT([&] { linear_gelu(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); },
+              ::testing::ThrowsMessage<Error>(::testing::AllOf(::testing::HasSubstr("[2, 3]"),
+                                                               ::testing::HasSubstr("[4, 5]"))));
+}
+
+// The GEMM seam refuses a GELU it cannot apply: into an accumulated or f32 C, or with its input
+// kept but no GELU asked for.
+TEST(Gemm, GeluMisuseIsNamed) {
+  const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({3, 4}), c = Tensor::zeros({2, 4});
+  kernels::GemmParams p;
+  p.m = 2, p.n = 4, p.k = 3;
+  p.a = {a.data(), 3};
+  p.b = {b.data(), 4};
+  p.c = c.data();
+  p.ldc = 4;
+  p.gelu_output = true;
+  p.beta = 1.0f;
+  EXPECT_THAT([&] { kernels::gemm(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("beta 1")));
+  p.beta = 0.0f;
+  p.gelu_output = false;
+  p.gelu_pre = c.data();
+  EXPECT_THAT([&] { kernels::gemm(p); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("gelu_pre only with gelu_output")));
 }
 
 }  // namespace

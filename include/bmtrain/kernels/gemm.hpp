@@ -4,6 +4,8 @@
 //
 //   C[i] = alpha * op(A[i]) op(B[i]) + beta * C[i] (+ bias on every row),  i < batch
 //
+// optionally with a GELU, or its derivative, applied on the way out (below).
+//
 // with op(A) of shape [m, k], op(B) [k, n], C [m, n]. An operand with trans set is stored as its
 // transpose ([k, m] for A), which is how a transposed view is read without a copy. A, B, C and bias
 // share one dtype (f32, bf16 or f16); products and sums are f32. With f32_output, C is f32 while A
@@ -40,6 +42,17 @@ struct GemmParams {
   // Where cuBLASLt has no DGELU kernel for the problem, the derivative is applied in a pass after
   // the GEMM, to the product rounded to dtype (then C's rows must be contiguous: ldc == n).
   const void* gelu_input = nullptr;
+  // GELU on the way out: C = gelu(alpha op(A) op(B) + bias); with gelu_pre, the GELU's input
+  // rounded to dtype (what its backward needs) is written there too, laid out like C. Only with
+  // batch == 1, beta == 0, no f32_output and no gelu_input. On CUDA in bf16/f16, where C's rows
+  // are whole 16-byte units and 16-byte aligned, the GELU is cuBLASLt's epilogue (GELU, GELU_BIAS,
+  // GELU_AUX, GELU_AUX_BIAS) on the f32 value, less exact than bmt::gelu (within a few roundings of
+  // the output; the kernels with and without gelu_pre may differ by as much). Otherwise (f32, other
+  // rows, or no such kernel for the problem) the product is rounded to dtype and the GELU follows
+  // in bmt::gelu's pass (then C's rows must be contiguous: ldc == n). The host build applies
+  // bmt::gelu's formula to the f32 value before rounding.
+  bool gelu_output = false;
+  void* gelu_pre = nullptr;
 };
 
 void gemm(const GemmParams& p);
@@ -47,6 +60,11 @@ void gemm(const GemmParams& p);
 // Whether p's GELU backward runs inside the GEMM (on the unrounded product) rather than in a pass
 // after it. Always true on the host build.
 bool gemm_fuses_gelu_backward(const GemmParams& p);
+
+// Whether p's GELU (gelu_output) runs inside the GEMM, on the unrounded product, rather than in a
+// pass after it. Always true on the host build; on CUDA, false for f32 and for rows of C that are
+// not whole, aligned 16-byte units.
+bool gemm_fuses_gelu(const GemmParams& p);
 
 // Whether GEMMs pick their kernels by timing cuBLASLt's candidates (BMT_GEMM_AUTOTUNE=1 on a CUDA
 // build; docs/CUDA.md) rather than taking its heuristic's first. Always false on the host build.
