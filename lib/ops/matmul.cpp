@@ -85,7 +85,7 @@ class Linear final : public autograd::DeferrableFunction {
   std::string name() const override {
     return gelu_input_ ? "gelu_linear" : gelu_output_ ? "linear_gelu" : "linear";
   }
-  bool prepare_queues_work() const override { return gelu_input_; }
+  bool prepare_queues_work() const override { return gelu_input_ || product_in_prepare(); }
 
   std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
     const Tensor &x = in[0], &w = in[1], &bias = in[2];
@@ -109,29 +109,18 @@ class Linear final : public autograd::DeferrableFunction {
     w_ = as_matrices(w.detach());
     Shape out_shape = x.shape();
     out_shape.back() = w.size(0);
-    // Backward takes the GELU's derivative at its input, which the GEMM writes out alongside.
-    if (gelu_output_ && is_recording()) pre_gelu_ = Tensor::empty(out_shape, x.dtype());
-    return {Tensor::empty(out_shape, x.dtype())};
+    std::vector<Tensor> out = {Tensor::empty(out_shape, x.dtype())};
+    if (product_in_prepare()) {
+      // Backward takes the GELU's derivative at its input, which the GEMM writes out alongside:
+      // the GEMM runs here, not put off (backward must not need what a put-off write computes).
+      pre_gelu_ = Tensor::empty(out_shape, x.dtype());
+      compute(in, out[0]);
+    }
+    return out;
   }
 
   void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
-    const Tensor& y = out[0];
-    if (y.numel() == 0) return;
-    const Tensor b = in[2].defined() ? contiguous(in[2]) : Tensor();
-    if (x_.cols == 0) {  // no inputs: y is the bias on every row
-      y.zero_();
-      if (b.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, b));
-      if (gelu_output_) {
-        if (pre_gelu_.defined()) pre_gelu_.copy_(y);
-        y.copy_(kernels::activation_forward(kernels::Activation::gelu, y));
-      }
-      return;
-    }
-    if (gelu_output_)
-      multiply_gelu(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr,
-                    pre_gelu_.defined() ? pre_gelu_.data() : nullptr);
-    else
-      multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
+    if (!product_in_prepare()) compute(in, out[0]);
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
@@ -167,6 +156,29 @@ class Linear final : public autograd::DeferrableFunction {
   }
 
  private:
+  // True when the GEMM runs in prepare rather than in write.
+  bool product_in_prepare() const { return gelu_output_ && is_recording(); }
+
+  // y = the layer's output, from the inputs and what prepare saved.
+  void compute(const std::vector<Tensor>& in, const Tensor& y) {
+    if (y.numel() == 0) return;
+    const Tensor b = in[2].defined() ? contiguous(in[2]) : Tensor();
+    if (x_.cols == 0) {  // no inputs: y is the bias on every row
+      y.zero_();
+      if (b.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, b));
+      if (gelu_output_) {
+        if (pre_gelu_.defined()) pre_gelu_.copy_(y);
+        y.copy_(kernels::activation_forward(kernels::Activation::gelu, y));
+      }
+      return;
+    }
+    if (gelu_output_)
+      multiply_gelu(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr,
+                    pre_gelu_.defined() ? pre_gelu_.data() : nullptr);
+    else
+      multiply(x_, w_.transposed(), y, b.defined() ? b.data() : nullptr);
+  }
+
   bool gelu_input_, gelu_output_;
   Shape x_shape_;
   MatrixBatch x_, w_;

@@ -117,6 +117,27 @@ TEST(OutputsOnDemand, LinearAndAddMatchTheImmediateResult) {
   EXPECT_EQ(writes, 2) << "reading the add wrote its operands";
 }
 
+// linear_gelu's backward needs the GELU's input, which its GEMM writes: recording a gradient, the
+// GEMM runs at the call, so backward is right even when the output is never read.
+TEST(OutputsOnDemand, LinearGeluRecordingWritesAtTheCall) {
+  const Tensor w = Tensor::from_floats({0.5f, -1, 2, 1, 0, -0.25f, 3, 1, 1}, {3, 3}).set_requires_grad(true);
+  const Tensor b = Tensor::from_floats({0.25f, -0.5f, 1}, {3});
+  Tensor x = input();
+  backward_with_ones(linear_gelu(x, w, b));
+  const auto dx_now = x.grad().to_host_floats(), dw_now = w.grad().to_host_floats();
+  Tensor x2 = input();
+  Tensor w2 = w.detach();
+  w2.set_requires_grad(true);
+  Tensor later;
+  {
+    autograd::OutputsOnDemandGuard on_demand;
+    later = linear_gelu(x2, w2, b);
+  }
+  backward_with_ones(later);
+  EXPECT_EQ(x2.grad().to_host_floats(), dx_now);
+  EXPECT_EQ(w2.grad().to_host_floats(), dw_now);
+}
+
 // residual_add too: nothing is written until its output is read, then the same values.
 TEST(OutputsOnDemand, ResidualAddWaitsForAReader) {
   const Tensor w = Tensor::from_floats({0.5f, -1, 2, 1, 0, -0.25f, 3, 1, 1}, {3, 3});
