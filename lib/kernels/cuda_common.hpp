@@ -229,24 +229,31 @@ __device__ __forceinline__ float team_reduce(float v, float* buf) {
   return v;
 }
 
-// Two sums over a team in one round through shared memory (two team_reduce calls take two, each
-// with its barriers). A team has at most 16 warps, so both fit in its 32 floats; each sum is added
-// in team_reduce's order, so the results are the same floats.
-__device__ __forceinline__ float2 team_sum2(float a, float b, float* buf) {
-  a = warp_reduce<SumOp>(a);
-  b = warp_reduce<SumOp>(b);
-  if (blockDim.x == 32) return make_float2(a, b);
+// A pair of values combined over a team in one round through shared memory (two team_reduce
+// calls take two, each with its barriers): `warp_combine` combines a pair over a warp's lanes, each
+// warp's lane 0 stores its pair, and every warp combines the team's pairs, in warp order, padded
+// with `identity`. A team has at most 16 warps, so both halves fit in its 32 floats.
+template <class WarpCombine>
+__device__ __forceinline__ float2 team_combine_pair(float2 v, float* buf, WarpCombine warp_combine, float2 identity) {
+  v = warp_combine(v);
+  if (blockDim.x == 32) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float* mine = buf + threadIdx.y * 32;
   if (lane == 0) {
-    mine[warp] = a;
-    mine[16 + warp] = b;
+    mine[warp] = v.x;
+    mine[16 + warp] = v.y;
   }
   __syncthreads();
-  a = warp_reduce<SumOp>(lane < warps ? mine[lane] : SumOp::identity());
-  b = warp_reduce<SumOp>(lane < warps ? mine[16 + lane] : SumOp::identity());
+  v = warp_combine(lane < warps ? make_float2(mine[lane], mine[16 + lane]) : identity);
   __syncthreads();  // buf is free for the next reduction
-  return make_float2(a, b);
+  return v;
+}
+
+// Two sums over a team in one round; each is added in team_reduce's order, so the results are the
+// same floats as two team_reduce calls give.
+__device__ __forceinline__ float2 team_sum2(float a, float b, float* buf) {
+  const auto sums = [](float2 p) { return make_float2(warp_reduce<SumOp>(p.x), warp_reduce<SumOp>(p.y)); };
+  return team_combine_pair(make_float2(a, b), buf, sums, make_float2(SumOp::identity(), SumOp::identity()));
 }
 
 // A running maximum and the sum of exp(x - m) over the same elements: a logsumexp's two row
@@ -269,20 +276,14 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
   return v;
 }
 
-// The pair over a team in one round through shared memory (as team_sum2: at most 16 warps).
+// The pair over a team in one round through shared memory.
 __device__ __forceinline__ MaxSum team_merge(MaxSum v, float* buf) {
-  v = warp_merge(v);
-  if (blockDim.x == 32) return v;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  float* mine = buf + threadIdx.y * 32;
-  if (lane == 0) {
-    mine[warp] = v.m;
-    mine[16 + warp] = v.s;
-  }
-  __syncthreads();
-  v = warp_merge(lane < warps ? MaxSum{mine[lane], mine[16 + lane]} : MaxSum{MaxOp::identity(), 0.0f});
-  __syncthreads();  // buf is free for the next reduction
-  return v;
+  const auto merged = [](float2 p) {
+    const MaxSum q = warp_merge({p.x, p.y});
+    return make_float2(q.m, q.s);
+  };
+  const float2 r = team_combine_pair(make_float2(v.m, v.s), buf, merged, make_float2(MaxOp::identity(), 0.0f));
+  return {r.x, r.y};
 }
 
 // How many threads share a row: the narrowest team of whole warps in whose registers the row's
@@ -291,7 +292,7 @@ __device__ __forceinline__ MaxSum team_merge(MaxSum v, float* buf) {
 // goes to the portable kernels.
 constexpr int kRowBlockThreads = 256;
 constexpr int kMaxTeamThreads = 512;
-static_assert(kMaxTeamThreads / 32 <= 16, "team_sum2 and team_merge keep up to 16 warps' values of each kind per team");
+static_assert(kMaxTeamThreads / 32 <= 16, "team_combine_pair keeps up to 16 warps' values of each kind per team");
 
 struct RowGeometry {
   int threads = 0;  // blockDim.x
