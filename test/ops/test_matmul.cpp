@@ -284,6 +284,38 @@ TEST(LinearGelu, Gradients) {
             {random_tensor({2, 3, 8}, 86, -2, 2), random_tensor({6, 8}, 87)});
 }
 
+// Edge shapes: no rows (an empty output and empty gradients), no inputs (the GELU of the bias on
+// every row, its gradient the column sums of dy times gelu'(bias)), one row given as a vector.
+TEST(LinearGelu, EdgeShapes) {
+  Tensor none = Tensor::zeros({0, 3}).set_requires_grad(true);
+  Tensor w = random_tensor({4, 3}, 92).set_requires_grad(true);
+  Tensor y = linear_gelu(none, w);
+  EXPECT_EQ(y.shape(), (Shape{0, 4}));
+  y.backward(Tensor::zeros({0, 4}));
+  EXPECT_EQ(none.grad().shape(), (Shape{0, 3}));
+  for (float g : w.grad().to_host_floats()) EXPECT_EQ(g, 0.0f);
+
+  const std::vector<float> bv = {-1.5f, -0.25f, 0.5f, 2.0f};
+  Tensor b = Tensor::from_floats(bv, {4}).set_requires_grad(true);
+  Tensor empty_in = linear_gelu(Tensor::zeros({2, 0}), Tensor::zeros({4, 0}), b);
+  std::vector<double> ref;
+  for (int r = 0; r < 2; ++r)
+    for (float v : bv) ref.push_back(gelu_reference(v));
+  expect_near_all(empty_in.to_host_floats(), ref, 1e-6, 1e-6, "linear_gelu with no inputs");
+  empty_in.backward(Tensor::from_floats({1, 1, 1, 1, 1, 1, 1, 1}, {2, 4}));
+  const auto db = b.grad().to_host_floats();
+  for (std::size_t o = 0; o < bv.size(); ++o) {
+    const double v = bv[o], h = 1e-4;
+    const double slope = (gelu_reference(v + h) - gelu_reference(v - h)) / (2 * h);
+    EXPECT_NEAR(db[o], 2 * slope, 1e-4) << "bias gradient " << o;
+  }
+
+  const Tensor x1 = Tensor::from_floats({1, -2, 0.5f}, {3});
+  const Tensor one = linear_gelu(x1, w.detach());
+  EXPECT_EQ(one.shape(), (Shape{4}));
+  EXPECT_EQ(one.to_host_floats(), reshape(linear_gelu(reshape(x1, {1, 3}), w.detach()), {4}).to_host_floats());
+}
+
 // linear_gelu is linear then gelu up to the rounding of the GELU's input: outputs within two
 // roundings of the dtype, and gradients close (backward takes the derivative at the rounded input,
 // as gelu's backward does). Rows that are not a multiple of 16 bytes, and f32, take a GELU pass
