@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side: bmt-train and PyTorch FSDP2 on the same GPU machine, same GPT-2 shapes, one after
 # the other, one table: tokens/s per GPU, MFU (989 TFLOP/s, 6N + 6LCT FLOPs/token), peak memory
-# per GPU, the mean SM clock and power of GPU 0 while it was busy, and the ratio.
+# per GPU, the mean SM clock and power of GPU 0 while it was busy, the energy that power spends per
+# 1,000 tokens of one GPU, and the ratio (of the medians, and of each round's pair).
 #   bench/side_by_side.sh BMT_TRAIN [MODEL] [BATCH_PER_GPU] [GPUS] [STEPS] [ROUNDS]
 # BMT_TRAIN: path to a CUDA build of bmt-train. Needs python3 with PyTorch (FSDP2) for the peer.
 # ROUNDS (default 1) runs the pair that many times, alternating which goes first; the table gives

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/side_by_side_table.py on made-up runs of 2 rounds: medians, every round, the busy clock and
-# power means, the ratio, and a missing run shown as "-" rather than a crash.
+# power means, the energy per 1,000 tokens, the ratios (of the medians and of each round's pair),
+# and a missing run shown as "-" rather than a crash.
 set -euo pipefail
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
 table="$(dirname "$0")/../../bench/side_by_side_table.py"
@@ -18,12 +19,12 @@ for r in 1 2; do
   printf '1900, 500\n' > "$work/fsdp2.$r.smi"
 done
 out=$(python3 "$table" "$work" 2 4 2)
-echo "$out" | grep -Eq '^pytorch-fsdp2 +33000 +31\.5% +20\.2 +1900 +500  32000 34000$' || fail "fsdp2 row"
-echo "$out" | grep -Eq '^bmt-train +30750 +25\.0% +19\.0 +1750 +670  30500 31000$' || fail "bmt-train row"
-echo "$out" | grep -q '^ratio bmt/fsdp2: tokens/s 0.93x, memory 0.94x$' || fail "ratio line"
+echo "$out" | grep -Eq '^pytorch-fsdp2 +33000 +31\.5% +20\.2 +1900 +500 +15\.2  32000 34000$' || fail "fsdp2 row"
+echo "$out" | grep -Eq '^bmt-train +30750 +25\.0% +19\.0 +1750 +670 +21\.8  30500 31000$' || fail "bmt-train row"
+echo "$out" | grep -q '^ratio bmt/fsdp2: tokens/s 0.93x (each round: 0.95x 0.91x), memory 0.94x$' || fail "ratio line"
 
 rm "$work"/fsdp2.*.json
 out=$(python3 "$table" "$work" 2 4 2)
-echo "$out" | grep -Eq '^pytorch-fsdp2 +- +- +- +- +-  $' || fail "missing FSDP2 runs"
+echo "$out" | grep -Eq '^pytorch-fsdp2 +- +- +- +- +- +-  $' || fail "missing FSDP2 runs"
 echo "$out" | grep -q ratio && fail "a ratio without FSDP2"
 echo "side_by_side_table: ok"
