@@ -65,7 +65,7 @@ fmt = lambda v, f: "-" if v is None else f.format(v)
 print(f"{'system':<15} {'tokens/s/GPU':>13} {'MFU':>7} {'peak GiB/GPU':>13} {'SM MHz':>7} {'W':>5} {'J/ktok':>7}  rounds")
 for name, tps, mfu, mem, clock, power, energy, each in rows:
     print(f"{name:<15} {fmt(tps, '{:13.0f}')} {fmt(mfu and mfu * 100, '{:6.1f}%')} {fmt(mem, '{:13.1f}')} "
-          f"{fmt(clock, '{:7.0f}')} {fmt(power, '{:5.0f}')} {fmt(energy, '{:7.1f}')}  "
+          f"{fmt(clock, '{:7.0f}')} {fmt(power, '{:5.0f}')} {fmt(energy, '{:7.2f}')}  "
           f"{' '.join(f'{v:.0f}' for v in each.values())}")
 if rows[0][1] and rows[1][1]:
     pairs = [rows[1][7][r] / rows[0][7][r] for r in rows[0][7] if r in rows[1][7]]

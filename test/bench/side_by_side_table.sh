@@ -19,8 +19,8 @@ for r in 1 2; do
   printf '1900, 500\n' > "$work/fsdp2.$r.smi"
 done
 out=$(python3 "$table" "$work" 2 4 2)
-echo "$out" | grep -Eq '^pytorch-fsdp2 +33000 +31\.5% +20\.2 +1900 +500 +15\.2  32000 34000$' || fail "fsdp2 row"
-echo "$out" | grep -Eq '^bmt-train +30750 +25\.0% +19\.0 +1750 +670 +21\.8  30500 31000$' || fail "bmt-train row"
+echo "$out" | grep -Eq '^pytorch-fsdp2 +33000 +31\.5% +20\.2 +1900 +500 +15\.15  32000 34000$' || fail "fsdp2 row"
+echo "$out" | grep -Eq '^bmt-train +30750 +25\.0% +19\.0 +1750 +670 +21\.79  30500 31000$' || fail "bmt-train row"
 echo "$out" | grep -q '^ratio bmt/fsdp2: tokens/s 0.93x (each round: 0.95x 0.91x), memory 0.94x$' || fail "ratio line"
 
 rm "$work"/fsdp2.*.json
