@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads)
     ce_forward_kernel(const T* __restrict__ x, const I* __restrict__ targets, std::int64_t ignore,
                       float* __restrict__ lse, float* __restrict__ row_loss, float* __restrict__ row_count,
                       BadIndexRecord bad, std::int64_t V) {
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float buf[32];  // team_merge's, for the block's one team
   const std::int64_t r = blockIdx.x;
   const T* xr = x + r * V;
   const RowSplit<N, T> split(xr, V);
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(1024) ce_mean_kernel(const float* __restrict__ row_loss,
                                                        const float* __restrict__ row_count, std::int64_t rows,
                                                        float* __restrict__ loss, float* __restrict__ count) {
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float buf[32];  // team_reduce's, for the block's one team (32 warps)
   float a = 0.0f, n = 0.0f;
   for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     a += row_loss[r];

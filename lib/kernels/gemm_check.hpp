@@ -24,7 +24,8 @@ inline void check_gemm(const GemmParams& p) {
               "gemm: expected the GELU backward with batch 1, beta 0, no bias and C in the operands' dtype, found "
               "batch " << p.batch << ", beta " << p.beta << (p.bias ? ", a bias" : "")
                        << (p.f32_output ? ", an f32 C" : ""));
-  BMT_REQUIRE(p.gelu_output || !p.gelu_pre, "gemm: expected gelu_pre only with gelu_output");
+  BMT_REQUIRE(p.gelu_output || !p.gelu_pre,
+              "gemm: expected gelu_pre only with gelu_output, found gelu_pre set and gelu_output false");
   BMT_REQUIRE(!p.gelu_output || (p.batch == 1 && p.beta == 0.0f && !p.f32_output && !p.gelu_input),
               "gemm: expected the GELU with batch 1, beta 0, C in the operands' dtype and no GELU backward, found "
               "batch " << p.batch << ", beta " << p.beta << (p.f32_output ? ", an f32 C" : "")

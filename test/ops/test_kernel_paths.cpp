@@ -145,9 +145,8 @@ TEST(KernelPaths, NormsAtEveryRowWidth) {
   std::uint32_t seed = 10;
   // 768/1600/2048: GPT-2 widths (bf16 forward: 32, 64 and 64 threads a row; backward: 96 threads of
   // one pack, 128 and 128 of two); 2560: teams that are not a power of two in both (96 and 160
-  // threads); 8192: the widest row kept in
-  // registers in backward; 12000: forward in registers, backward portable; 20000: portable; 100 and
-  // 7: widths that take element-wise loads.
+  // threads); 8192: the widest row kept in registers in backward; 12000: forward in registers,
+  // backward portable; 20000: portable; 100 and 7: widths that take element-wise loads.
   for (DType dt : kDtypes)
     for (std::int64_t C : {768, 1600, 2048, 2560, 8192, 12000, 20000, 100, 7})
       for (bool centered : {true, false}) run_norm(centered, 37, C, dt, true, 0, true, seed++);
