@@ -77,20 +77,28 @@ ModelConfig preset(const std::string& name) {
   return c;
 }
 
-GPT::GPT(const ModelConfig& c, int prefetch_depth, bmt::CheckpointOptions checkpoint, std::int64_t loss_chunk_rows)
+GPT::GPT(const ModelConfig& c, int prefetch_depth, bmt::CheckpointOptions checkpoint, std::int64_t loss_chunk_rows,
+         std::int64_t keep_blocks)
     : c_(c), loss_chunk_rows_(loss_chunk_rows), gpt2_blocks(prefetch_depth), llama_blocks(prefetch_depth) {
   c.validate();
+  BMT_REQUIRE(keep_blocks >= 0, "GPT: expected keep_blocks >= 0, found " << keep_blocks);
+  // Block i's options: the last keep_blocks blocks keep their activations.
+  const auto options = [&](std::int64_t i) {
+    bmt::CheckpointOptions o = checkpoint;
+    if (i >= c.layers - keep_blocks) o.use_checkpoint = false;
+    return o;
+  };
   wte = bmt::DistributedParameter({c.vocab, c.dim}, c.dtype, bmt::init::normal(c.init_std));
   register_parameter("wte", wte);
   if (c.arch == "gpt2") {
     wpe = bmt::DistributedParameter({c.max_seq, c.dim}, c.dtype, bmt::init::normal(0.01f));
     register_parameter("wpe", wpe);
-    for (std::int64_t i = 0; i < c.layers; ++i) gpt2_blocks.append(checkpoint, c);
+    for (std::int64_t i = 0; i < c.layers; ++i) gpt2_blocks.append(options(i), c);
     register_module("blocks", gpt2_blocks);
     ln_f = std::make_unique<LayerNorm>(c.dim, c.dtype, c.norm_eps);
     register_module("ln_f", *ln_f);
   } else {
-    for (std::int64_t i = 0; i < c.layers; ++i) llama_blocks.append(checkpoint, c);
+    for (std::int64_t i = 0; i < c.layers; ++i) llama_blocks.append(options(i), c);
     register_module("blocks", llama_blocks);
     norm = std::make_unique<RMSNorm>(c.dim, c.dtype, c.norm_eps);
     register_module("norm", *norm);

@@ -190,9 +190,10 @@ struct LlamaBlock : bmt::Module {
 class GPT : public bmt::DistributedModule {
  public:
   // loss_chunk_rows > 0: the head and loss take that many token rows at a time
-  // (bmt::linear_cross_entropy) instead of all the logits at once.
+  // (bmt::linear_cross_entropy) instead of all the logits at once. The last keep_blocks blocks
+  // keep their activations (use_checkpoint off) whatever `checkpoint` says.
   explicit GPT(const ModelConfig& c, int prefetch_depth = 1, bmt::CheckpointOptions checkpoint = {},
-               std::int64_t loss_chunk_rows = 0);
+               std::int64_t loss_chunk_rows = 0, std::int64_t keep_blocks = 0);
   bmt::Tensor loss(const bmt::Tensor& tokens, const bmt::Tensor& targets);
   const ModelConfig& config() const { return c_; }
 

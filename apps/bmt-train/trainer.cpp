@@ -80,6 +80,14 @@ std::string human(double n) {
   return os.str();
 }
 
+// The banner's account of what backward recomputes.
+std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
+  if (!o.checkpointing || o.keep_blocks >= layers) return "  recompute off";
+  std::string text = o.keep_attention ? "  recompute on, attention kept" : "  recompute on";
+  if (o.keep_blocks > 0) text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
+  return text;
+}
+
 bool is_complete_step_dir(const std::string& dir) {
   struct stat st {};
   return ::stat((dir + "/" + bmt::io::CheckpointDir::kMarker).c_str(), &st) == 0;
@@ -274,7 +282,7 @@ int train(const TrainOptions& o) {
   checkpoint.keep_attention = o.keep_attention;
   const float peak_lr = o.lr > 0 ? o.lr : cfg.default_lr;
   agreed([&] {
-    model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint, o.loss_chunk);
+    model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint, o.loss_chunk, o.keep_blocks);
     bmt::init_parameters(*model);
     loader.emplace(make_loader(data.train, o, cfg, o.seed));
     if (data.val && o.eval_every > 0) val_loader.emplace(make_loader(data.val, o, cfg, o.seed + 1000003));
@@ -337,7 +345,7 @@ int train(const TrainOptions& o) {
   bmt::print_rank("| parameters ", human(params), "  world size ", world, " (", ctx.topology().node_count, " node",
                   ctx.topology().node_count > 1 ? "s" : "", ", ", ctx.world_comm().backend(), ")  dtype ",
                   bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
-                  !o.checkpointing ? "  recompute off" : o.keep_attention ? "  recompute on, attention kept" : "  recompute on",
+                  recompute_description(o, cfg.layers),
                   "  prefetch ", o.prefetch,
                   o.offload ? "  optimizer offloaded" : "",
                   o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),

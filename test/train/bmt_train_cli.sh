@@ -3,7 +3,7 @@
 # error and no hang; a resumed run reproduces the uninterrupted run's losses exactly on the same
 # world size, and on another stays as close to them as a run on that world size from the start (or
 # within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
-# --timeline-ops writes op spans.
+# --timeline-ops writes op spans; --keep-blocks leaves the losses as they were.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -33,6 +33,7 @@ fi
 expect_usage_error "sequence too long" "at most 128 tokens" 2 "${tiny[@]}" --seq 4096 --steps 1
 expect_usage_error "missing data" "no_such_file" 2 "${tiny[@]}" --steps 1 --data "$work/no_such_file_*.bin"
 expect_usage_error "op timeline without a timeline" "--timeline" 2 "${tiny[@]}" --steps 1 --timeline-ops
+expect_usage_error "negative kept blocks" "--keep-blocks" 2 "${tiny[@]}" --steps 1 --keep-blocks -1
 
 # The op-level timeline: every rank's trace has op spans next to the block spans.
 run 2 "${tiny[@]}" --steps 2 --timeline "$work/trace.json" --timeline-ops >/dev/null || fail "timeline run failed"
@@ -91,6 +92,14 @@ paste <(losses "$work/full.jsonl" | tail -4) <(losses "$work/other.jsonl") <(los
            print "step " $1 ": " $2 " vs resumed " $4 " (a run at the other world size from the start: " $6 ")"; bad = 1 } }
        END { exit bad }' \
   || fail "resume on another world size differs more than a run on that world size from the start"
+# --keep-blocks: the last block, or every block, keeping its activations instead of recomputing
+# them runs the same ops on the same values (in f32), so the losses are the recomputing run's.
+for kept in 1 9; do
+  run 2 "${tiny[@]}" --steps 8 --keep-blocks $kept --metrics "$work/kept$kept.jsonl" >/dev/null \
+    || fail "--keep-blocks $kept run failed"
+  [ "$(losses "$work/kept$kept.jsonl")" = "$(losses "$work/full.jsonl")" ] \
+    || fail "--keep-blocks $kept: losses $(losses "$work/kept$kept.jsonl" | tr '\n' ' ') differ from recomputing every block"
+done
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 8 ] || fail "expected 8 metrics lines"
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
   grep -q "\"$key\":" "$work/full.jsonl" || fail "metrics lack '$key'"
