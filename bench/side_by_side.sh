@@ -13,6 +13,8 @@
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 # KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
 # output from forward instead of running attention again; more memory), and the header says so.
+# KEEP_BLOCKS=N runs bmt-train with --keep-blocks N (its last N blocks keep their activations
+# instead of recomputing them; more memory), and the header says so.
 # OUT=DIR keeps the raw records of every round there (fsdp2.R.json, bmt.R.jsonl, *.smi, *.log);
 # the last line names where they are.
 # GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
@@ -31,6 +33,9 @@ else
 fi
 if [ "${KEEP_ATTENTION:-0}" = 1 ]; then
   mode="$mode, bmt-train keeps attention outputs"; bmt_flags+=(--keep-attention)
+fi
+if [ "${KEEP_BLOCKS:-0}" != 0 ]; then
+  mode="$mode, bmt-train keeps the last $KEEP_BLOCKS block(s)' activations"; bmt_flags+=(--keep-blocks "$KEEP_BLOCKS")
 fi
 bmt_env=()
 if [ "${GEMM_AUTOTUNE:-0}" = 1 ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh end to end with stand-ins for nvidia-smi, mpirun and torch.distributed.run
 # (each records its arguments and writes a made-up run): the flags each system gets with and
-# without RECOMPUTE=0 and GEMM_AUTOTUNE=1, the header's mode, rounds alternating which system goes
+# without RECOMPUTE=0, GEMM_AUTOTUNE=1 and KEEP_BLOCKS=N, the header's mode, rounds alternating which system goes
 # first, and a table.
 set -euo pipefail
 real_python=$(command -v python3) || { echo "python3 not found: skipped"; exit 77; }
@@ -60,4 +60,11 @@ out=$(GEMM_AUTOTUNE=1 OUT="$work/out3" bash "$driver" /opt/bmt-train gpt2-124m 4
 echo "$out" | grep -q ', bf16, per-block recompute, bmt-train GEMMs autotuned, 1 round(s)' || fail "header with autotune"
 grep '^bmt ' "$work/calls" | grep -q -- '-x BMT_GEMM_AUTOTUNE=1 -np 1 ' || fail "bmt-train without BMT_GEMM_AUTOTUNE=1: $(cat "$work/calls")"
 grep '^fsdp2 ' "$work/calls" | grep -q 'AUTOTUNE' && fail "FSDP2 given the autotune switch: $(cat "$work/calls")"
+
+: > "$work/calls"
+out=$(KEEP_BLOCKS=2 OUT="$work/out4" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+echo "$out" | grep -q ", per-block recompute, bmt-train keeps the last 2 block(s)' activations, 1 round(s)" ||
+  fail "header with kept blocks"
+grep '^bmt ' "$work/calls" | grep -q -- ' --keep-blocks 2' || fail "bmt-train without --keep-blocks 2: $(cat "$work/calls")"
+grep '^fsdp2 ' "$work/calls" | grep -q -- ' --keep' && fail "FSDP2 given the kept blocks: $(cat "$work/calls")"
 echo "side_by_side_driver: ok"
