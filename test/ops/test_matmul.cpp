@@ -152,6 +152,35 @@ TEST(Linear, MatchesFloat64) {
   expect_near_all(y1.to_host_floats(), {11, 22, 33}, 0, 0, "linear of a vector");
 }
 
+// bf16/f16 linear with a bias against float64 from the same stored inputs, at widths whose rows are
+// and are not whole 16-byte units. The seam's sums are f32, but cuBLASLt's bias epilogue rounds the
+// product to the dtype before adding the bias for some problems (seen on an H200 in bf16 at 5-wide
+// rows), so the bound is two roundings: the product's and the result's. A dropped or misplaced bias
+// is off by the bias itself, far outside it.
+TEST(Linear, HalfPrecisionWithABiasMatchesFloat64) {
+  const std::int64_t rows = 24, in = 40;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (std::int64_t out : {5, 8, 24, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " out=" + std::to_string(out));
+      const Tensor x = random_tensor({rows, in}, 90, -1, 1, dt), w = random_tensor({out, in}, 91, -0.5f, 0.5f, dt);
+      const Tensor b = random_tensor({out}, 92, -1, 1, dt);
+      const auto xv = x.to_host_floats(), wv = w.to_host_floats(), bv = b.to_host_floats();
+      const auto y = linear(x, w, b).to_host_floats();
+      const double u = testing::roundoff(dt);
+      int reported = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t o = 0; o < out; ++o) {
+          double product = 0;
+          for (std::int64_t k = 0; k < in; ++k) product += static_cast<double>(xv[r * in + k]) * wv[o * in + k];
+          const double ref = product + bv[o], tol = u * (std::fabs(product) + std::fabs(ref)) + 1e-6;
+          const float got = y[static_cast<std::size_t>(r * out + o)];
+          if (!(std::fabs(got - ref) <= tol) && reported++ < 5)
+            ADD_FAILURE() << "row " << r << " column " << o << " is " << got << ", expected " << ref << " (product "
+                          << product << ", tolerance " << tol << ")";
+        }
+    }
+}
+
 TEST(Linear, Gradients) {
   gradcheck([](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
             {random_tensor({3, 5}, 50), random_tensor({4, 5}, 51), random_tensor({4}, 52)});

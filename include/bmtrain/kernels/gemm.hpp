@@ -8,7 +8,9 @@
 //
 // with op(A) of shape [m, k], op(B) [k, n], C [m, n]. An operand with trans set is stored as its
 // transpose ([k, m] for A), which is how a transposed view is read without a copy. A, B, C and bias
-// share one dtype (f32, bf16 or f16); products and sums are f32. With f32_output, C is f32 while A
+// share one dtype (f32, bf16 or f16); products and sums are f32, but on CUDA cuBLASLt's bias
+// epilogue rounds a bf16/f16 product to the dtype before adding the bias for some problems (seen
+// at 5-wide rows), so a biased 16-bit C is within two roundings. With f32_output, C is f32 while A
 // and B are bf16/f16 (a weight gradient added straight into an f32 gradient buffer). The work is
 // queued on the compute stream.
 #include <cstdint>
