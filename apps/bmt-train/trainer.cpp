@@ -84,7 +84,8 @@ std::string human(double n) {
 std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
   if (!o.checkpointing || o.keep_blocks >= layers) return "  recompute off";
   std::string text = o.keep_attention ? "  recompute on, attention kept" : "  recompute on";
-  if (o.keep_blocks > 0) text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
+  if (o.keep_blocks > 0)
+    text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
   return text;
 }
 

@@ -144,19 +144,21 @@ __global__ void __launch_bounds__(kColumnPacks* kRowLanes)
   }
 }
 
-// out[c] += the sum of partial[chunk][c] over the chunks. A block takes 32 columns; each of its 8
-// lanes adds every 8th chunk, then the lanes' sums are added in lane order (a fixed order, as
-// everywhere here). One thread walking all of a column's chunks would wait on one load at a time:
-// at 1600 columns of 16384 rows that pass took longer than reading the rows.
+constexpr int kPartialColumns = 32;  // columns a block of the partials pass adds (threadIdx.x)
+
+// out[c] += the sum of partial[chunk][c] over the chunks. Each of a block's 8 lanes (threadIdx.y)
+// adds every 8th chunk, then the lanes' sums are added in lane order (a fixed order, as everywhere
+// here). One thread walking all of a column's chunks would wait on one load at a time: at 1600
+// columns of 16384 rows that pass took longer than reading the rows.
 template <class O>
-__global__ void __launch_bounds__(kColumnPacks* kRowLanes)
+__global__ void __launch_bounds__(kPartialColumns* kRowLanes)
     add_column_partials_kernel(const float* __restrict__ partial, std::int64_t chunks, std::int64_t cols,
                                O* __restrict__ out) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kColumnPacks + threadIdx.x;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kPartialColumns + threadIdx.x;
   float sum = 0.0f;
   if (c < cols)
     for (std::int64_t k = threadIdx.y; k < chunks; k += kRowLanes) sum += partial[k * cols + c];
-  __shared__ float lanes[kRowLanes][kColumnPacks];
+  __shared__ float lanes[kRowLanes][kPartialColumns];
   lanes[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y != 0 || c >= cols) return;
@@ -179,9 +181,9 @@ void launch_column_sums(const T* x, std::int64_t rows, std::int64_t cols, O* out
                               dim3(kColumnPacks, kRowLanes), 0, stream()>>>(x, rows, cols, chunk_rows,
                                                                             partial.data_as<float>());
   check_launch();
-  add_column_partials_kernel<O><<<static_cast<unsigned>((cols + kColumnPacks - 1) / kColumnPacks),
-                                  dim3(kColumnPacks, kRowLanes), 0, stream()>>>(partial.data_as<float>(), chunks, cols,
-                                                                                out);
+  add_column_partials_kernel<O><<<static_cast<unsigned>((cols + kPartialColumns - 1) / kPartialColumns),
+                                  dim3(kPartialColumns, kRowLanes), 0, stream()>>>(partial.data_as<float>(), chunks,
+                                                                                   cols, out);
   check_launch();
 }
 
