@@ -329,45 +329,82 @@ struct AttentionBlock : bmt::Module {
   }
 };
 
+using Grads = std::map<std::string, std::pair<std::vector<float>, std::vector<float>>>;
+
+// What one forward and backward of three AttentionBlocks (block i with options[i]) gives.
+struct AttentionRun {
+  Grads grads;
+  std::vector<float> input_grad;
+  int replayed = 0;  // recomputes that took attention's outputs back
+};
+
+AttentionRun run_attention_blocks(const std::vector<bmt::CheckpointOptions>& options) {
+  struct Model : bmt::DistributedModule {
+    bmt::TransformerBlockList<AttentionBlock> blocks{1};
+    explicit Model(const std::vector<bmt::CheckpointOptions>& o) {
+      for (const auto& block_options : o) blocks.append(block_options);
+      register_module("blocks", blocks);
+    }
+  } model(options);
+  bmt::init_parameters(model);
+  const bmt::Shape shape{2, AttentionBlock::kSeq, AttentionBlock::kDim};
+  auto data = [&](int seed) {
+    std::vector<float> v(static_cast<std::size_t>(bmt::numel_of(shape)));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.3f * static_cast<float>(i) + static_cast<float>(seed));
+    return bmt::Tensor::from_floats(v, shape);
+  };
+  bmt::Tensor x = data(bmt::rank()).set_requires_grad(true);
+  g_replayed_calls = 0;
+  model.blocks(x).backward(data(bmt::rank() + 11));
+  return {gathered(model), x.grad().to_host_floats(), g_replayed_calls};
+}
+
+void expect_same_gradients(const AttentionRun& run, const AttentionRun& reference, const std::string& what) {
+  EXPECT_EQ(run.input_grad, reference.input_grad) << what;
+  ASSERT_EQ(reference.grads.size(), 6u);
+  for (const auto& [name, vg] : reference.grads) {
+    EXPECT_EQ(run.grads.at(name).first, vg.first) << name << ": same initial values, " << what;
+    EXPECT_EQ(run.grads.at(name).second, vg.second) << name << ", " << what;
+  }
+}
+
+bmt::CheckpointOptions checkpoint_options(bool recompute, bool keep_attention) {
+  bmt::CheckpointOptions o;
+  o.use_checkpoint = recompute;
+  o.keep_attention = keep_attention;
+  return o;
+}
+
+// Every one of the three blocks with the same options.
+std::vector<bmt::CheckpointOptions> uniform(bool recompute, bool keep_attention) {
+  return std::vector<bmt::CheckpointOptions>(3, checkpoint_options(recompute, keep_attention));
+}
+
 // Recomputing all but attention (its output kept from forward) gives the gradients of recomputing
 // everything and of keeping every activation, bit for bit.
 TEST(CheckpointBlock, KeptAttentionGivesTheSameGradients) {
-  using Grads = std::map<std::string, std::pair<std::vector<float>, std::vector<float>>>;
-  std::vector<Grads> grads;
-  std::vector<std::vector<float>> input_grads;
-  for (int mode = 0; mode < 3; ++mode) {  // keep activations, recompute, recompute keeping attention
-    bmt::CheckpointOptions opt;
-    opt.use_checkpoint = mode > 0;
-    opt.keep_attention = mode == 2;
-    struct Model : bmt::DistributedModule {
-      bmt::TransformerBlockList<AttentionBlock> blocks{1};
-      explicit Model(bmt::CheckpointOptions o) {
-        for (int i = 0; i < 3; ++i) blocks.append(o);
-        register_module("blocks", blocks);
-      }
-    } model(opt);
-    bmt::init_parameters(model);
-    const bmt::Shape shape{2, AttentionBlock::kSeq, AttentionBlock::kDim};
-    auto data = [&](int seed) {
-      std::vector<float> v(static_cast<std::size_t>(bmt::numel_of(shape)));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.3f * static_cast<float>(i) + static_cast<float>(seed));
-      return bmt::Tensor::from_floats(v, shape);
-    };
-    bmt::Tensor x = data(bmt::rank()).set_requires_grad(true);
-    g_replayed_calls = 0;
-    model.blocks(x).backward(data(bmt::rank() + 11));
-    EXPECT_EQ(g_replayed_calls, mode == 2 ? 3 : 0) << "recomputes that took attention's outputs back, mode " << mode;
-    grads.push_back(gathered(model));
-    input_grads.push_back(x.grad().to_host_floats());
-  }
-  ASSERT_EQ(grads[0].size(), 6u);
-  for (int mode = 1; mode < 3; ++mode) {
-    EXPECT_EQ(input_grads[mode], input_grads[0]) << "mode " << mode;
-    for (const auto& [name, vg] : grads[0]) {
-      EXPECT_EQ(grads[mode].at(name).first, vg.first) << name << ": same initial values";
-      EXPECT_EQ(grads[mode].at(name).second, vg.second) << name << ", mode " << mode;
-    }
-  }
+  const AttentionRun kept = run_attention_blocks(uniform(false, false));
+  EXPECT_EQ(kept.replayed, 0);
+  const AttentionRun recomputed = run_attention_blocks(uniform(true, false));
+  EXPECT_EQ(recomputed.replayed, 0);
+  expect_same_gradients(recomputed, kept, "recomputing every block");
+  const AttentionRun kept_attention = run_attention_blocks(uniform(true, true));
+  EXPECT_EQ(kept_attention.replayed, 3);
+  expect_same_gradients(kept_attention, kept, "recomputing all but attention");
+}
+
+// Blocks of one list with different options (what bmt-train --keep-blocks makes: the last block
+// keeps its activations, and with them its gathered parameters in a buffer of its own, while the
+// others recompute through the gather ring) give the gradients of keeping every activation.
+TEST(CheckpointBlock, MixedOptionsInOneListGiveTheSameGradients) {
+  const AttentionRun kept = run_attention_blocks(uniform(false, false));
+  const AttentionRun mixed = run_attention_blocks(
+      {checkpoint_options(true, false), checkpoint_options(true, true), checkpoint_options(false, false)});
+  EXPECT_EQ(mixed.replayed, 1) << "only the middle block keeps attention's outputs for its recompute";
+  expect_same_gradients(mixed, kept, "recompute, recompute keeping attention, keep");
+  const AttentionRun last_recomputes = run_attention_blocks(
+      {checkpoint_options(false, false), checkpoint_options(false, false), checkpoint_options(true, false)});
+  expect_same_gradients(last_recomputes, kept, "keep, keep, recompute");
 }
 
 }  // namespace
