@@ -334,10 +334,14 @@ int train(const TrainOptions& o) {
   std::size_t largest_block = 0;
   for (auto* s : bmt::sharded_storages(*model))
     largest_block = std::max(largest_block, static_cast<std::size_t>(s->total()));
-  // One rank gathers and reduces in place: no buffers.
+  // One rank gathers and reduces in place: no buffers. Otherwise the gather ring's prefetch + 1
+  // slots and the gradient ring's two, and a gathered copy of its own for every block that keeps its
+  // parameters from forward to backward (zero level 2, or a block that keeps its activations).
+  const std::int64_t kept = o.zero_level == 2 || !o.checkpointing ? cfg.layers : std::min(o.keep_blocks, cfg.layers);
   const double buffers = world == 1 ? 0.0
                                     : static_cast<double>(largest_block) *
-                                          ((o.prefetch + 1) * bmt::dtype_size(cfg.dtype) + 2 * sizeof(float));
+                                          (static_cast<double>(o.prefetch + 1 + kept) * bmt::dtype_size(cfg.dtype) +
+                                           2 * sizeof(float));
   const std::int64_t tokens_per_step = o.batch * o.seq;
   const auto peak = peak_flops(cfg.dtype);
   bmt::print_rank("+--------------------------------------------------------------");
