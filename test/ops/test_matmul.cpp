@@ -152,6 +152,14 @@ TEST(Linear, MatchesFloat64) {
   expect_near_all(y1.to_host_floats(), {11, 22, 33}, 0, 0, "linear of a vector");
 }
 
+// Row r of x [rows, in] times row o of w [out, in], in float64: linear's product before its bias.
+double row_product(const std::vector<float>& xv, const std::vector<float>& wv, std::int64_t r, std::int64_t o,
+                   std::int64_t in) {
+  double sum = 0;
+  for (std::int64_t k = 0; k < in; ++k) sum += static_cast<double>(xv[r * in + k]) * wv[o * in + k];
+  return sum;
+}
+
 // bf16/f16 linear with a bias against float64 from the same stored inputs, at widths whose rows are
 // and are not whole 16-byte units. The seam's sums are f32, but cuBLASLt's bias epilogue rounds the
 // product to the dtype before adding the bias for some problems (seen on an H200 in bf16 at 5-wide
@@ -170,8 +178,7 @@ TEST(Linear, HalfPrecisionWithABiasMatchesFloat64) {
       int reported = 0;
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t o = 0; o < out; ++o) {
-          double product = 0;
-          for (std::int64_t k = 0; k < in; ++k) product += static_cast<double>(xv[r * in + k]) * wv[o * in + k];
+          const double product = row_product(xv, wv, r, o, in);
           const double ref = product + bv[o], tol = u * (std::fabs(product) + std::fabs(ref)) + 1e-6;
           const float got = y[static_cast<std::size_t>(r * out + o)];
           if (!(std::fabs(got - ref) <= tol) && reported++ < 5)
@@ -287,8 +294,7 @@ void expect_linear_gelu_matches_float64(DType dt, std::int64_t out, bool with_bi
   int reported = 0;
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t o = 0; o < out; ++o) {
-      double product = 0;
-      for (std::int64_t k = 0; k < in; ++k) product += static_cast<double>(xv[r * in + k]) * wv[o * in + k];
+      const double product = row_product(xv, wv, r, o, in);
       const double v = product + bv[o], ref = gelu_reference(v);
       const double input_error = u * (std::fabs(product) + std::fabs(v));
       const double tol =
