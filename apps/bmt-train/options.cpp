@@ -8,6 +8,29 @@
 
 namespace bmt_train {
 
+namespace {
+
+// A whole number >= 0 of `what`, with a message naming what was found (CLI11's NonNegativeNumber
+// prints its range up to the largest double).
+CLI::Validator count_of(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        std::size_t end = 0;
+        long long v = -1;
+        try {
+          v = std::stoll(text, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (end == 0 || end != text.size() || v < 0)
+          return "expected a whole number of " + what + " >= 0, found '" + text + "'";
+        return std::string();
+      },
+      "NONNEGATIVE");
+}
+
+}  // namespace
+
 ModelConfig TrainOptions::model_config() const {
   // Far beyond any real model, and small enough that products of two sizes cannot overflow.
   constexpr std::int64_t max_size = std::int64_t{1} << 24;
@@ -102,14 +125,14 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                  "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
                  "when N is at least their number)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_of("blocks"));
   app.add_option("--prefetch", o.prefetch, "Blocks whose parameters are gathered ahead of use")->capture_default_str();
   app.add_flag("--offload", o.offload, "Keep optimizer state in host memory and update it there");
   app.add_option("--loss-chunk", o.loss_chunk,
                  "Run the head and loss this many token rows at a time, never holding all the logits "
                  "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_of("rows"));
 
   app.add_option("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
       ->capture_default_str();
