@@ -6,7 +6,8 @@
 // depth + 1 blocks are issued up front; when block i is done with its slot, the gather of block
 // i + depth + 1 is issued into it, so the slot's free event is always recorded before it is reused.
 // Backward walks the blocks in reverse with the same scheme, and each block's full-size f32
-// gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes.
+// gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes,
+// then cleared on the scatter stream for the block after next.
 #include <algorithm>
 #include <optional>
 
@@ -17,6 +18,7 @@
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
+#include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/zero/buffer_ring.hpp"
 #include "bmtrain/zero/checkpoint_block.hpp"
 
@@ -172,9 +174,10 @@ class BlockSequence final : public autograd::Function {
       } else if (storage.has_trainable()) {
         grad_slot = &gradient_ring().slot(static_cast<int>(p));
         ctx.compute_stream().wait(grad_slot->free);
-        Tensor full_grad = grad_slot->buffer.slice(0, 0, storage.total());
-        full_grad.zero_();
-        storage.bind_grads(full_grad);
+        // Zero already unless new, or left written by a backward that threw.
+        if (!grad_slot->zeroed) grad_slot->buffer.zero_();
+        grad_slot->zeroed = false;
+        storage.bind_grads(grad_slot->buffer.slice(0, 0, storage.total()));
       }
       storage.bind(g.buffer);
 
@@ -227,8 +230,12 @@ class BlockSequence final : public autograd::Function {
       release_gathered(i, g, /*after_forward=*/false);  // (the Binding above unbinds on an exception)
       if (grad_slot) {
         const Event grads_ready = ctx.compute_stream().record();
-        grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
-                                                  grads_ready);
+        storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(), grads_ready);
+        // Cleared for its next user behind the reduce-scatter, off the compute stream's path.
+        memory::set_zero_async(grad_slot->buffer.data(), static_cast<std::size_t>(storage.total()) * sizeof(float),
+                               ctx.scatter_stream());
+        grad_slot->free = ctx.scatter_stream().record();
+        grad_slot->zeroed = true;
       }
       const std::size_t ahead = p + depth_ + 1;
       if (ahead < n && need_gather(n - 1 - ahead)) gathered[n - 1 - ahead] = gather(n - 1 - ahead, ahead);

@@ -97,6 +97,14 @@ ShardedStorage::Slice ShardedStorage::local_slice(const Entry& e) const {
 }
 
 const Tensor& ShardedStorage::grad_shard() {
+  if (grad_stale_) {
+    grad_shard_.zero_();
+    grad_stale_ = false;
+  }
+  return grad_shard_holder();
+}
+
+const Tensor& ShardedStorage::grad_shard_holder() {
   if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_size_}, DType::f32);
   return grad_shard_;
 }
@@ -152,7 +160,7 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   // settle()'s add that still reads `incoming_`, a fresh allocation whose memory the compute stream
   // may still be using) must finish before the reduce-scatter writes the target.
   bool compute_first = !grad_shard_.defined();
-  grad_shard();
+  grad_shard_holder();
   if (incoming_pending_ || (grad_dirty_ && !reduced_.query())) {
     settle();
     compute_first = true;
@@ -176,6 +184,7 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   reduced_ = stream.record();
   reducing_ = full_grad;
   grad_dirty_ = true;
+  grad_stale_ = false;  // the first reduction since zero_grad wrote every element
   return reduced_;
 }
 
@@ -191,7 +200,12 @@ void ShardedStorage::settle() {
 
 void ShardedStorage::zero_grad() {
   settle();
-  if (grad_shard_.defined()) grad_shard_.zero_();
+  // Across ranks the step's first reduction overwrites the whole shard, so the zeros are written
+  // only if something reads the shard before that (grad_shard()). One rank adds into it.
+  if (grad_shard_.defined()) {
+    if (whole()) grad_shard_.zero_();
+    else grad_stale_ = true;
+  }
   grad_dirty_ = false;
 }
 

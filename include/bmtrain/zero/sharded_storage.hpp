@@ -84,6 +84,7 @@ class ShardedStorage {
   Slice local_slice(const Entry& e) const;
 
  private:
+  const Tensor& grad_shard_holder();  // grad_shard_, allocated (zeros) on first use, stale or not
   std::string name_;
   DType dtype_ = DType::f32;
   int rank_ = 0;
@@ -95,6 +96,7 @@ class ShardedStorage {
   Tensor grad_shard_;
   Tensor incoming_;       // f32 shard a reduction lands in when grad_shard_ already holds gradients
   bool grad_dirty_ = false;    // grad_shard_ holds gradients (not known zero)
+  bool grad_stale_ = false;    // grad_shard_ stands for zeros it does not hold yet (see zero_grad)
   bool incoming_pending_ = false;
   Event reduced_;              // completion of the reduction in flight
   Tensor reducing_;            // its input, kept alive until then
