@@ -9,6 +9,7 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/tensor/allocator.hpp"
+#include "bmtrain/tensor/memory.hpp"
 
 namespace bmt {
 
@@ -72,6 +73,7 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
 ShardedStorage::~ShardedStorage() {
   // Settle outstanding work before the buffers it writes go away.
   if (!reduced_.query()) reduced_.synchronize();
+  if (!zeroed_.query()) zeroed_.synchronize();
   for (auto& e : entries_) {
     if (e.parameter.impl()->param->sharded == this) e.parameter.impl()->param->sharded = nullptr;
     e.parameter.impl()->storage.reset();
@@ -101,7 +103,14 @@ const Tensor& ShardedStorage::grad_shard() {
     grad_shard_.zero_();
     grad_stale_ = false;
   }
+  await_zeros();
   return grad_shard_holder();
+}
+
+void ShardedStorage::await_zeros() {
+  if (!zeroing_) return;
+  context().compute_stream().wait(zeroed_);
+  zeroing_ = false;
 }
 
 const Tensor& ShardedStorage::grad_shard_holder() {
@@ -113,7 +122,8 @@ const Tensor& ShardedStorage::accumulate_grads() {
   BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients are added into the shard only at one rank, "
                                                      "found a world of " << world_size_);
   grad_dirty_ = true;
-  return grad_shard();
+  await_zeros();
+  return grad_shard_holder();
 }
 
 void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const {
@@ -201,10 +211,21 @@ void ShardedStorage::settle() {
 void ShardedStorage::zero_grad() {
   settle();
   // Across ranks the step's first reduction overwrites the whole shard, so the zeros are written
-  // only if something reads the shard before that (grad_shard()). One rank adds into it.
+  // only if something reads the shard before that (grad_shard()). One rank adds into it: its zeros
+  // are written on the scatter stream (idle there), overlapping the forward, and the compute
+  // stream waits for them at the shard's first use.
   if (grad_shard_.defined()) {
-    if (whole()) grad_shard_.zero_();
-    else grad_stale_ = true;
+    if (!whole()) {
+      grad_stale_ = true;
+    } else if (!is_initialized()) {
+      grad_shard_.zero_();
+    } else {
+      Stream& side = context().scatter_stream();
+      side.wait(context().compute_stream().record());  // after whatever read the old gradients
+      memory::set_zero_async(grad_shard_.data(), grad_shard_.nbytes(), side);
+      zeroed_ = side.record();
+      zeroing_ = true;
+    }
   }
   grad_dirty_ = false;
 }

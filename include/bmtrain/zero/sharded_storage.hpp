@@ -85,6 +85,7 @@ class ShardedStorage {
 
  private:
   const Tensor& grad_shard_holder();  // grad_shard_, allocated (zeros) on first use, stale or not
+  void await_zeros();                 // the compute stream waits for zero_grad's zeros, once
   std::string name_;
   DType dtype_ = DType::f32;
   int rank_ = 0;
@@ -97,6 +98,8 @@ class ShardedStorage {
   Tensor incoming_;       // f32 shard a reduction lands in when grad_shard_ already holds gradients
   bool grad_dirty_ = false;    // grad_shard_ holds gradients (not known zero)
   bool grad_stale_ = false;    // grad_shard_ stands for zeros it does not hold yet (see zero_grad)
+  Event zeroed_;               // one rank: the zeros zero_grad queued on the scatter stream are written
+  bool zeroing_ = false;       // the compute stream has not waited for zeroed_ yet
   bool incoming_pending_ = false;
   Event reduced_;              // completion of the reduction in flight
   Tensor reducing_;            // its input, kept alive until then
