@@ -332,14 +332,14 @@ void vendor_shapes(benchmark::internal::Benchmark* b) {
 }
 
 // A bias gradient added into an f32 gradient buffer: dy [rows, cols] summed over its rows
-// (kernels::add_column_sums, as a Linear layer's backward in a ZeRO block does). GB/s of dy read.
+// (kernels::column_sums, as a Linear layer's backward in a ZeRO block does). GB/s of dy read.
 void BM_BiasGradient(benchmark::State& state) {
   const std::int64_t rows = state.range(0), cols = state.range(1);
   const DType dt = dtype_arg(state.range(2));
   const Tensor dy = random_tensor({rows, cols}, dt, 1), grad = Tensor::zeros({cols});
-  kernels::add_column_sums(dy, grad);  // warm-up
+  kernels::column_sums(dy, grad, true);  // warm-up
   for (auto _ : state) {
-    kernels::add_column_sums(dy, grad);
+    kernels::column_sums(dy, grad, true);
     sync();
   }
   report_bytes(state, static_cast<double>(dy.nbytes()), dtype_name(dt));

@@ -60,6 +60,9 @@ std::vector<Tensor> accumulate_into_leaf(const std::shared_ptr<TensorImpl>& leaf
     // The leaf owns its gradient: never alias a buffer someone else may read or change. A fresh
     // buffer that only this gradient refers to (a weight gradient's GEMM output) is taken as is.
     leaf->grad = solely_held(grad) ? grad.impl() : clone(grad).impl();
+  } else if (leaf->grad_unwritten) {
+    leaf->grad_unwritten = false;
+    copy_into(Tensor(leaf->grad), grad);
   } else {
     add_(Tensor(leaf->grad), grad);
   }

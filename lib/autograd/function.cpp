@@ -118,9 +118,21 @@ Tensor Function::leaf_gradient(std::size_t i) const {
   return grad;
 }
 
+bool Function::claim_leaf_gradient(std::size_t i) const {
+  const auto* sink = i < next_edges.size() ? dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get()) : nullptr;
+  if (!sink) return false;
+  TensorImpl& leaf = *sink->leaf();
+  const bool unwritten = leaf.grad_unwritten;
+  leaf.grad_unwritten = false;
+  return unwritten;
+}
+
 Tensor Function::partial_gradient(std::size_t i) const {
   const Tensor leaf = leaf_gradient(i);
-  if (leaf.defined()) return leaf;
+  if (leaf.defined()) {
+    if (claim_leaf_gradient(i)) leaf.zero_();  // the caller adds into it
+    return leaf;
+  }
   return i < partial_grads.size() ? partial_grads[i] : Tensor();
 }
 

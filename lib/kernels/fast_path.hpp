@@ -55,9 +55,9 @@ bool copy(const Tensor& dst, const Tensor& src, float alpha, bool accumulate);
 // order, so the result is the same on every run.
 bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, float* result);
 
-// out[c] += the sum of x[r][c] over the rows of x [rows, cols]; out is f32 or x's dtype. Partials
-// in a fixed order, so the result is the same on every run.
-bool add_column_sums(const Tensor& x, const Tensor& out);
+// out[c] = (accumulate: out[c] +) the sum of x[r][c] over the rows of x [rows, cols]; out is f32
+// or x's dtype. Partials in a fixed order, so the result is the same on every run.
+bool column_sums(const Tensor& x, const Tensor& out, bool accumulate);
 
 bool embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, BadIndexRecord bad);
 // Deterministic: each row of grad_weight is summed in token order, with no atomics.

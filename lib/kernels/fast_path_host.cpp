@@ -29,7 +29,7 @@ bool activation_backward(Activation, const Tensor&, const Tensor&, const Tensor&
 bool swiglu_forward(const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool swiglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool fill(const Tensor&, float) { return false; }
-bool add_column_sums(const Tensor&, const Tensor&) { return false; }
+bool column_sums(const Tensor&, const Tensor&, bool) { return false; }
 bool sum_squares(DType, const void* const*, const std::int64_t*, int, float*) { return false; }
 bool copy(const Tensor&, const Tensor&, float, bool) { return false; }
 bool embedding_forward(const Tensor&, const Tensor&, const Tensor&, BadIndexRecord) { return false; }

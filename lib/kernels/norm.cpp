@@ -34,8 +34,7 @@ void check_param(const Tensor& p, const Tensor& x, std::int64_t cols, const char
                                         << " (the input's), found " << dtype_name(p.dtype()));
 }
 
-// dweight/dbias: written in x's dtype, or (accumulate) added into buffers of x's dtype or f32, both
-// of one dtype.
+// dweight/dbias: written or (accumulate) added into, in x's dtype or f32, both of one dtype.
 void check_param_grads(const Tensor& dweight, const Tensor& dbias, const Tensor& x, std::int64_t cols,
                        bool accumulate, const char* op) {
   for (const Tensor* p : {&dweight, &dbias}) {
@@ -43,13 +42,9 @@ void check_param_grads(const Tensor& dweight, const Tensor& dbias, const Tensor&
     const char* what = p == &dweight ? "weight gradient" : "bias gradient";
     BMT_REQUIRE(p->dim() == 1 && p->size(0) == cols,
                 op << ": expected " << what << " of shape [" << cols << "], found " << to_string(p->shape()));
-    if (accumulate)
-      BMT_REQUIRE(p->dtype() == x.dtype() || p->dtype() == DType::f32,
-                  op << ": expected " << what << " to add into in " << dtype_name(x.dtype())
-                     << " (the input's) or f32, found " << dtype_name(p->dtype()));
-    else
-      BMT_REQUIRE(p->dtype() == x.dtype(), op << ": expected " << what << " of dtype " << dtype_name(x.dtype())
-                                              << " (the input's), found " << dtype_name(p->dtype()));
+    BMT_REQUIRE(p->dtype() == x.dtype() || p->dtype() == DType::f32,
+                op << ": expected " << what << (accumulate ? " to add into" : "") << " in " << dtype_name(x.dtype())
+                   << " (the input's) or f32, found " << dtype_name(p->dtype()));
   }
   if (dweight.defined() && dbias.defined())
     BMT_REQUIRE(dweight.dtype() == dbias.dtype(), op << ": expected the weight and bias gradients in one dtype, found "

@@ -214,20 +214,24 @@ Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim, float scale) {
   return out;
 }
 
-void add_column_sums(const Tensor& x, const Tensor& out) {
-  const char* op = "add_column_sums";
+void column_sums(const Tensor& x, const Tensor& out, bool accumulate) {
+  const char* op = "column_sums";
   BMT_REQUIRE(x.dim() == 2, op << ": expected x of shape [rows, cols], found " << to_string(x.shape()));
   BMT_REQUIRE(out.dim() == 1 && out.size(0) == x.size(1) && out.is_contiguous() &&
                   (out.dtype() == x.dtype() || out.dtype() == DType::f32),
               op << ": expected a contiguous [" << x.size(1) << "] output in f32"
                  << (x.dtype() == DType::f32 ? "" : std::string(" or ") + dtype_name(x.dtype())) << ", found "
                  << to_string(out.shape()) << " in " << dtype_name(out.dtype()));
-  if (x.numel() == 0 || fast::add_column_sums(x, out)) return;
+  if (x.numel() == 0) {
+    if (!accumulate) out.zero_();
+    return;
+  }
+  if (fast::column_sums(x, out, accumulate)) return;
   const Split3 s(x.shape(), 0);
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     const T* px = view1<T>(x, op).data();
-    if (out.dtype() == DType::f32) sum_middle_kernel<T, float>(out.data_as<float>(), px, s, 1.0f, true);
-    else sum_middle_kernel<T, T>(out.data_as<T>(), px, s, 1.0f, true);
+    if (out.dtype() == DType::f32) sum_middle_kernel<T, float>(out.data_as<float>(), px, s, 1.0f, accumulate);
+    else sum_middle_kernel<T, T>(out.data_as<T>(), px, s, 1.0f, accumulate);
   });
 }
 

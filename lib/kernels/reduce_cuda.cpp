@@ -146,14 +146,14 @@ __global__ void __launch_bounds__(kColumnPacks* kRowLanes)
 
 constexpr int kPartialColumns = 32;  // columns a block of the partials pass adds (threadIdx.x)
 
-// out[c] += the sum of partial[chunk][c] over the chunks. Each of a block's 8 lanes (threadIdx.y)
+// out[c] = (accumulate: out[c] +) the sum of partial[chunk][c] over the chunks. Each of a block's 8 lanes (threadIdx.y)
 // adds every 8th chunk, then the lanes' sums are added in lane order (a fixed order, as everywhere
 // here). One thread walking all of a column's chunks would wait on one load at a time: at 1600
 // columns of 16384 rows that pass took longer than reading the rows.
 template <class O>
 __global__ void __launch_bounds__(kPartialColumns* kRowLanes)
     add_column_partials_kernel(const float* __restrict__ partial, std::int64_t chunks, std::int64_t cols,
-                               O* __restrict__ out) {
+                               O* __restrict__ out, bool accumulate) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kPartialColumns + threadIdx.x;
   float sum = 0.0f;
   if (c < cols)
@@ -165,11 +165,11 @@ __global__ void __launch_bounds__(kPartialColumns* kRowLanes)
   float total = 0.0f;
 #pragma unroll
   for (int lane = 0; lane < kRowLanes; ++lane) total += lanes[lane][threadIdx.x];
-  out[c] = from_float<O>(to_float(out[c]) + total);
+  out[c] = from_float<O>(accumulate ? to_float(out[c]) + total : total);
 }
 
 template <class T, class O>
-void launch_column_sums(const T* x, std::int64_t rows, std::int64_t cols, O* out) {
+void launch_column_sums(const T* x, std::int64_t rows, std::int64_t cols, O* out, bool accumulate) {
   constexpr int kBlockCols = kColumnPacks * static_cast<int>(16 / sizeof(T));
   const std::int64_t col_blocks = (cols + kBlockCols - 1) / kBlockCols;
   // Enough blocks to fill the device about eight times over, each on at least 64 rows.
@@ -183,27 +183,29 @@ void launch_column_sums(const T* x, std::int64_t rows, std::int64_t cols, O* out
   check_launch();
   add_column_partials_kernel<O><<<static_cast<unsigned>((cols + kPartialColumns - 1) / kPartialColumns),
                                   dim3(kPartialColumns, kRowLanes), 0, stream()>>>(partial.data_as<float>(), chunks,
-                                                                                   cols, out);
+                                                                                   cols, out, accumulate);
   check_launch();
 }
 
 template <class T>
-void column_sums_into(const Tensor& x, const Tensor& out) {
+void column_sums_into(const Tensor& x, const Tensor& out, bool accumulate) {
   const T* px = static_cast<const T*>(x.data());
-  if (out.dtype() == DType::f32) launch_column_sums<T, float>(px, x.size(0), x.size(1), out.data_as<float>());
-  else launch_column_sums<T, T>(px, x.size(0), x.size(1), static_cast<T*>(out.data()));
+  if (out.dtype() == DType::f32)
+    launch_column_sums<T, float>(px, x.size(0), x.size(1), out.data_as<float>(), accumulate);
+  else
+    launch_column_sums<T, T>(px, x.size(0), x.size(1), static_cast<T*>(out.data()), accumulate);
 }
 
 }  // namespace
 
-bool add_column_sums(const Tensor& x, const Tensor& out) {
+bool column_sums(const Tensor& x, const Tensor& out, bool accumulate) {
   if (!available() || !x.is_contiguous() || x.dim() != 2 || x.numel() == 0 || x.size(0) >= 0x7fffffff) return false;
   const std::int64_t vec = 16 / static_cast<std::int64_t>(dtype_size(x.dtype()));
   if (x.size(1) % vec != 0 || !aligned16(x.data())) return false;
   switch (x.dtype()) {
-    case DType::f32: column_sums_into<float>(x, out); return true;
-    case DType::bf16: column_sums_into<bf16_t>(x, out); return true;
-    case DType::f16: column_sums_into<f16_t>(x, out); return true;
+    case DType::f32: column_sums_into<float>(x, out, accumulate); return true;
+    case DType::bf16: column_sums_into<bf16_t>(x, out, accumulate); return true;
+    case DType::f16: column_sums_into<f16_t>(x, out, accumulate); return true;
     default: return false;
   }
 }

@@ -77,6 +77,8 @@ class LinearCrossEntropyFn final : public autograd::Function {
     // has one (a parameter inside a CheckpointBlock), else into a buffer rounded once at the end.
     Tensor dw_leaf = needs_input_grad(1) ? leaf_gradient(1) : Tensor();
     if (dw_leaf.defined() && dw_leaf.dtype() != DType::f32) dw_leaf = Tensor();
+    // The first chunk writes over a buffer that holds no values yet.
+    const bool over_leaf = dw_leaf.defined() && N > 0 && claim_leaf_gradient(1);
     Tensor dw_sum = needs_input_grad(1) && !dw_leaf.defined() ? Tensor::empty({V, C}, DType::f32) : Tensor();
     if (N == 0 && dw_sum.defined()) dw_sum.zero_();
     const Tensor& dw_target = dw_leaf.defined() ? dw_leaf : dw_sum;
@@ -93,7 +95,7 @@ class LinearCrossEntropyFn final : public autograd::Function {
       const MatrixBatch dlogits = as_matrices(part);
       if (dh.defined()) multiply(dlogits, w, dh.slice(0, r0, r1));
       if (dw_target.defined())
-        multiply(dlogits.transposed(), h_rows, dw_target, nullptr, dw_leaf.defined() || r0 > 0, dtype);
+        multiply(dlogits.transposed(), h_rows, dw_target, nullptr, (dw_leaf.defined() && !over_leaf) || r0 > 0, dtype);
     }
     const Tensor dw = dw_sum.defined() ? cast(dw_sum, dtype) : Tensor();
     release_saved();

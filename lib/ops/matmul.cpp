@@ -140,10 +140,11 @@ class Linear final : public autograd::DeferrableFunction {
     else if (needs_input_grad(0))
       dx = product(dy, w_, x_shape_, g.dtype(), gelu_input_ ? pre_gelu_.data() : nullptr);
     if (needs_input_grad(1)) {
-      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32).
+      // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32): beta 0
+      // over a buffer that holds no values yet, else beta 1.
       const Tensor target = leaf_gradient(1);
       if (target.defined() && (target.dtype() == g.dtype() || target.dtype() == DType::f32) && dy.rows > 0)
-        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/true, g.dtype());
+        multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/!claim_leaf_gradient(1), g.dtype());
       else
         dw = product(dy.transposed(), x_, {w_.rows, w_.cols}, g.dtype());
     }

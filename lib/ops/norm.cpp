@@ -17,12 +17,15 @@ Shape row_stats_shape(const Tensor& x) {
 
 // The weight and bias gradients of a norm (inputs 1 and 2 of fn). Inside a ZeRO block both
 // parameters already have f32 gradient buffers: when every wanted one has a buffer, of one dtype,
-// the kernel adds its column sums there (`accumulate`) and the graph gets no gradient for them.
+// the kernel puts its column sums there and the graph gets no gradient for them. It writes them
+// when every wanted buffer holds no values yet, else adds them (`accumulate`; a buffer that holds
+// none is zeroed first).
 // Otherwise they are new tensors of x's dtype, returned to the graph. (leaf_gradient hands out
 // only buffers of the parameter's dtype, which is x's, or f32: both ones the kernel adds into.)
 struct ParamGradients {
   Tensor weight, bias;
-  bool accumulate = false;
+  bool in_buffers = false;  // the parameters' own gradient buffers: the graph gets nothing
+  bool accumulate = false;  // added into them rather than written
 };
 
 ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bool want_weight, bool want_bias) {
@@ -34,7 +37,12 @@ ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bo
   if (first.defined() && has_buffer(w, want_weight) && has_buffer(b, want_bias)) {
     p.weight = w;
     p.bias = b;
-    p.accumulate = true;
+    p.in_buffers = true;
+    const bool fresh_w = want_weight && fn.claim_leaf_gradient(1);
+    const bool fresh_b = want_bias && fn.claim_leaf_gradient(2);
+    p.accumulate = !((fresh_w || !want_weight) && (fresh_b || !want_bias));
+    if (p.accumulate && fresh_w) w.zero_();
+    if (p.accumulate && fresh_b) b.zero_();
     return p;
   }
   const Shape cols{x.size(-1)};
@@ -44,7 +52,7 @@ ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bo
 }
 
 // The gradient the graph gets for a parameter: none when the kernel added it into the buffer.
-Tensor returned(const Tensor& grad, const ParamGradients& p) { return p.accumulate ? Tensor() : grad; }
+Tensor returned(const Tensor& grad, const ParamGradients& p) { return p.in_buffers ? Tensor() : grad; }
 
 // Where the input gradient goes: into the gradient the input's other consumers already gave it
 // (a residual branch's), when the pass offers one of x's shape and dtype; the kernel then adds

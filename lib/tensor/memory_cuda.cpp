@@ -55,8 +55,5 @@ void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stre
 void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, Stream& stream) {
   if (bytes) BMT_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream.native()));
 }
-void set_zero_async(void* dst, std::size_t bytes, Stream& stream) {
-  if (bytes) BMT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream.native()));
-}
 
 }  // namespace bmt::memory

@@ -33,8 +33,5 @@ void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stre
 void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, Stream& stream) {
   stream.launch([=] { copy_from_host(dst, host_src, bytes); });
 }
-void set_zero_async(void* dst, std::size_t bytes, Stream& stream) {
-  stream.launch([=] { set_zero(dst, bytes); });
-}
 
 }  // namespace bmt::memory

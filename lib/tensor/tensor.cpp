@@ -421,6 +421,7 @@ void Tensor::set_grad(const Tensor& g) {
   check_defined("Tensor::set_grad");
   if (g.defined()) check_same_shape(*this, g, "Tensor::set_grad");
   impl_->grad = g.impl();
+  impl_->grad_unwritten = false;
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {

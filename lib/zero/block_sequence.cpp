@@ -6,8 +6,7 @@
 // depth + 1 blocks are issued up front; when block i is done with its slot, the gather of block
 // i + depth + 1 is issued into it, so the slot's free event is always recorded before it is reused.
 // Backward walks the blocks in reverse with the same scheme, and each block's full-size f32
-// gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes,
-// then cleared on the scatter stream for the block after next.
+// gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes.
 #include <algorithm>
 #include <optional>
 
@@ -18,7 +17,6 @@
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
-#include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/zero/buffer_ring.hpp"
 #include "bmtrain/zero/checkpoint_block.hpp"
 
@@ -170,13 +168,17 @@ class BlockSequence final : public autograd::Function {
       Binding binding(storage);
       BufferRing::Slot* grad_slot = nullptr;
       if (storage.has_trainable() && storage.whole()) {
-        storage.bind_grads(storage.accumulate_grads());
+        storage.bind_own_grads();
       } else if (storage.has_trainable()) {
         grad_slot = &gradient_ring().slot(static_cast<int>(p));
         ctx.compute_stream().wait(grad_slot->free);
-        // Zero already unless new, or left written by a backward that threw.
-        if (!grad_slot->zeroed) grad_slot->buffer.zero_();
-        grad_slot->zeroed = false;
+        // The parameters' parts are written over (or zeroed at unbind); the rest of the slot is
+        // zero already when its last user was laid out the same way.
+        std::vector<std::int64_t> layout = storage.grad_layout();
+        if (grad_slot->layout != layout) {
+          grad_slot->buffer.zero_();
+          grad_slot->layout = std::move(layout);
+        }
         storage.bind_grads(grad_slot->buffer.slice(0, 0, storage.total()));
       }
       storage.bind(g.buffer);
@@ -230,12 +232,8 @@ class BlockSequence final : public autograd::Function {
       release_gathered(i, g, /*after_forward=*/false);  // (the Binding above unbinds on an exception)
       if (grad_slot) {
         const Event grads_ready = ctx.compute_stream().record();
-        storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(), grads_ready);
-        // Cleared for its next user behind the reduce-scatter, off the compute stream's path.
-        memory::set_zero_async(grad_slot->buffer.data(), static_cast<std::size_t>(storage.total()) * sizeof(float),
-                               ctx.scatter_stream());
-        grad_slot->free = ctx.scatter_stream().record();
-        grad_slot->zeroed = true;
+        grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
+                                                  grads_ready);
       }
       const std::size_t ahead = p + depth_ + 1;
       if (ahead < n && need_gather(n - 1 - ahead)) gathered[n - 1 - ahead] = gather(n - 1 - ahead, ahead);

@@ -18,7 +18,7 @@ void BufferRing::reserve(int slots, std::int64_t numel) {
     s.buffer = Tensor();  // give the old block back before taking a larger one
     s.buffer = Tensor::empty({numel}, dtype_);
     s.free = Event();
-    s.zeroed = false;
+    s.layout.clear();
   }
 }
 

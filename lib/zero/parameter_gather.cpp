@@ -1,7 +1,7 @@
 // DistributedParameter::gather(): the full value of a parameter outside CheckpointBlocks, as a
 // differentiable op: forward all-gathers the shard, backward reduce-scatters the gradient into
 // the shard's gradient. Both run on the compute stream's communicator: the value is needed at once.
-// At one rank the shard is the value, and the gradient is added into the gradient shard.
+// At one rank the shard is the value, and the gradient goes into the gradient shard.
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/nn/parameter.hpp"
@@ -32,7 +32,7 @@ class GatherParameter final : public autograd::Function {
     const auto& e = entry();
     if (!grads[0].defined() || !e.trainable) return {};
     if (storage_.whole()) {
-      add_(storage_.accumulate_grads().slice(0, e.offset, e.offset + e.numel).view(param_.shape()), grads[0]);
+      storage_.accumulate_grad(0, grads[0]);
       return {};
     }
     Context& ctx = context();

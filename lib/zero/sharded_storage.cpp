@@ -9,7 +9,6 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/tensor/allocator.hpp"
-#include "bmtrain/tensor/memory.hpp"
 
 namespace bmt {
 
@@ -73,7 +72,6 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
 ShardedStorage::~ShardedStorage() {
   // Settle outstanding work before the buffers it writes go away.
   if (!reduced_.query()) reduced_.synchronize();
-  if (!zeroed_.query()) zeroed_.synchronize();
   for (auto& e : entries_) {
     if (e.parameter.impl()->param->sharded == this) e.parameter.impl()->param->sharded = nullptr;
     e.parameter.impl()->storage.reset();
@@ -98,32 +96,68 @@ ShardedStorage::Slice ShardedStorage::local_slice(const Entry& e) const {
   return {lo - shard_begin(), lo - e.offset, hi - lo};
 }
 
-const Tensor& ShardedStorage::grad_shard() {
-  if (grad_stale_) {
-    grad_shard_.zero_();
-    grad_stale_ = false;
-  }
-  await_zeros();
-  return grad_shard_holder();
-}
-
-void ShardedStorage::await_zeros() {
-  if (!zeroing_) return;
-  context().compute_stream().wait(zeroed_);
-  zeroing_ = false;
-}
-
 const Tensor& ShardedStorage::grad_shard_holder() {
   if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_size_}, DType::f32);
   return grad_shard_;
 }
 
-const Tensor& ShardedStorage::accumulate_grads() {
-  BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients are added into the shard only at one rank, "
+const Tensor& ShardedStorage::grad_shard() {
+  const Tensor& g = grad_shard_holder();
+  if (grad_stale_) {
+    g.zero_();
+    grad_stale_ = false;
+  }
+  zero_unwritten_parts();
+  return g;
+}
+
+bool ShardedStorage::zero_unwritten_parts() {
+  bool any = false;
+  for (auto& e : entries_) {  // parts no gradient reached since zero_grad
+    if (!e.grad_unwritten) continue;
+    grad_part(grad_shard_, e).zero_();
+    e.grad_unwritten = false;
+    any = true;
+  }
+  return any;
+}
+
+Tensor ShardedStorage::grad_part(const Tensor& full_grad, const Entry& e) const {
+  return Tensor(std::make_shared<TensorImpl>(view_impl(full_grad, DType::f32, e.offset, e.parameter.shape())));
+}
+
+void ShardedStorage::bind_own_grads() {
+  BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients go straight into the shard only at one rank, "
                                                      "found a world of " << world_size_);
   grad_dirty_ = true;
-  await_zeros();
-  return grad_shard_holder();
+  const Tensor& g = grad_shard_holder();
+  for (auto& e : entries_) {
+    if (!e.trainable) continue;
+    auto& impl = *e.parameter.impl();
+    impl.grad = grad_part(g, e).impl();
+    impl.grad_unwritten = e.grad_unwritten;
+  }
+  grads_own_ = true;
+}
+
+void ShardedStorage::accumulate_grad(std::size_t index, const Tensor& grad) {
+  BMT_REQUIRE(whole() && index < entries_.size(),
+              "ShardedStorage '" << name_ << "': expected entry " << index << " of " << entries_.size()
+                                 << " at one rank, found a world of " << world_size_);
+  grad_dirty_ = true;
+  Entry& e = entries_[index];
+  const Tensor part = grad_part(grad_shard_holder(), e);
+  if (e.grad_unwritten) copy_into(part, grad);
+  else add_(part, grad);
+  e.grad_unwritten = false;
+}
+
+std::vector<std::int64_t> ShardedStorage::grad_layout() const {
+  std::vector<std::int64_t> layout;
+  for (const auto& e : entries_)
+    if (e.trainable) layout.insert(layout.end(), {e.offset, e.numel});
+  layout.push_back(total_);
+  return layout;
 }
 
 void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const {
@@ -151,14 +185,28 @@ void ShardedStorage::unbind() {
 
 void ShardedStorage::bind_grads(const Tensor& full_grad) {
   check_dtype(full_grad, DType::f32, "ShardedStorage::bind_grads");
+  BMT_REQUIRE(full_grad.numel() >= total_, "ShardedStorage '" << name_ << "': expected a gradient buffer of "
+                                                              << total_ << " elements, found " << full_grad.numel());
   for (auto& e : entries_) {
     if (!e.trainable) continue;
-    e.parameter.impl()->grad = std::make_shared<TensorImpl>(view_impl(full_grad, DType::f32, e.offset, e.parameter.shape()));
+    auto& impl = *e.parameter.impl();
+    impl.grad = grad_part(full_grad, e).impl();
+    impl.grad_unwritten = true;
   }
+  grads_own_ = false;
 }
 
 void ShardedStorage::unbind_grads() {
-  for (auto& e : entries_) e.parameter.impl()->grad.reset();
+  for (auto& e : entries_) {
+    auto& impl = *e.parameter.impl();
+    if (impl.grad && grads_own_) {
+      e.grad_unwritten = impl.grad_unwritten;  // still zeros to the shard's readers (grad_shard())
+    } else if (impl.grad && impl.grad_unwritten) {
+      Tensor(impl.grad).zero_();  // the buffer is reduced next: where no gradient came, zeros
+    }
+    impl.grad.reset();
+    impl.grad_unwritten = false;
+  }
 }
 
 Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& comm, Stream& stream,
@@ -176,6 +224,11 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
     compute_first = true;
   }
   Tensor target = grad_shard_;
+  if (!grad_dirty_) {
+    for (auto& e : entries_) e.grad_unwritten = false;  // the reduction writes every element
+  } else if (zero_unwritten_parts()) {
+    compute_first = true;  // settle() adds the reduction to those zeros
+  }
   if (grad_dirty_) {
     if (!incoming_.defined()) {
       incoming_ = Tensor::empty({shard_size_}, DType::f32);
@@ -194,7 +247,8 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   reduced_ = stream.record();
   reducing_ = full_grad;
   grad_dirty_ = true;
-  grad_stale_ = false;  // the first reduction since zero_grad wrote every element
+  grad_stale_ = false;  // the step's first reduction wrote every element
+  padding_written_ = padding_written_ || whole();
   return reduced_;
 }
 
@@ -210,21 +264,17 @@ void ShardedStorage::settle() {
 
 void ShardedStorage::zero_grad() {
   settle();
-  // Across ranks the step's first reduction overwrites the whole shard, so the zeros are written
-  // only if something reads the shard before that (grad_shard()). One rank adds into it: its zeros
-  // are written on the scatter stream (idle there), overlapping the forward, and the compute
-  // stream waits for them at the shard's first use.
+  // No zeros written: at one rank the backward writes the first gradients over the shard's parts,
+  // across ranks the first reduction overwrites all of it; grad_shard() zeroes what neither reached.
   if (grad_shard_.defined()) {
-    if (!whole()) {
-      grad_stale_ = true;
-    } else if (!is_initialized()) {
+    if (whole() && padding_written_) {  // a reduction wrote between the parts: zero it all
       grad_shard_.zero_();
+      for (auto& e : entries_) e.grad_unwritten = false;
+      padding_written_ = false;
+    } else if (whole()) {
+      for (auto& e : entries_) e.grad_unwritten = e.trainable;
     } else {
-      Stream& side = context().scatter_stream();
-      side.wait(context().compute_stream().record());  // after whatever read the old gradients
-      memory::set_zero_async(grad_shard_.data(), grad_shard_.nbytes(), side);
-      zeroed_ = side.record();
-      zeroing_ = true;
+      grad_stale_ = true;
     }
   }
   grad_dirty_ = false;

@@ -159,16 +159,50 @@ TEST(Norms, ParameterGradientsAddIntoExistingF32Buffers) {
       }
     }
   }
-  // The kernel refuses a buffer of a third dtype, and writes (without accumulate) only x's dtype.
+  // The kernel refuses a buffer of a third dtype, and buffers of two dtypes.
   const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
   EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}, DType::f16),
                                             Tensor(), true),
                Error);
-  EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}), Tensor()),
+  EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}, DType::f16),
+                                            Tensor()),
                Error);
   EXPECT_THROW(kernels::layer_norm_backward(dy, x, Tensor(), mean, rstd, Tensor(), Tensor::zeros({C}),
                                             Tensor::zeros({C}, DType::bf16), true),
                Error);
+}
+
+// Buffers lent as holding no values yet (a ZeRO block's, TensorImpl::grad_unwritten, here full of
+// NaN) get the column sums written over them: both, or, when only the weight's holds none, that
+// one zeroed and both added (the bias's earlier values kept). Either way they count as written.
+TEST(Norms, ParameterGradientsWriteOverUnwrittenBuffers) {
+  const std::int64_t rows = 300, C = 24;
+  const Tensor x = random_tensor({rows, C}, 44, -2.0f, 2.0f, DType::bf16);
+  const Tensor dy = random_tensor({rows, C}, 45, -1.0f, 1.0f, DType::bf16);
+  const auto g0b = random_floats(C, 47);
+  const auto xv = x.to_host_floats(), dyv = dy.to_host_floats();
+  const auto xhat = norm_reference(xv, C, {}, {}, 1e-5, true).y;
+  std::vector<double> dw(C, 0.0), db(C, 0.0);
+  for (std::int64_t i = 0; i < rows * C; ++i) {
+    dw[i % C] += dyv[i] * xhat[i];
+    db[i % C] += dyv[i];
+  }
+  for (bool bias_unwritten : {true, false}) {
+    const std::string what = bias_unwritten ? "both unwritten" : "bias written";
+    Tensor w = random_tensor({C}, 48, 0.5f, 1.5f, DType::bf16).set_requires_grad(true);
+    Tensor b = random_tensor({C}, 49, -1.0f, 1.0f, DType::bf16).set_requires_grad(true);
+    w.set_grad(full({C}, std::nanf("")));
+    w.impl()->grad_unwritten = true;
+    b.set_grad(bias_unwritten ? full({C}, std::nanf("")) : Tensor::from_floats(g0b, {C}));
+    b.impl()->grad_unwritten = bias_unwritten;
+    layer_norm(x, w, b).backward(dy);
+    std::vector<double> want_b = db;
+    if (!bias_unwritten)
+      for (std::int64_t j = 0; j < C; ++j) want_b[j] += g0b[j];
+    expect_close(w.grad().to_host_floats(), dw, 1e-4, 1e-4, what + " dweight");
+    expect_close(b.grad().to_host_floats(), want_b, 1e-4, 1e-4, what + " dbias");
+    EXPECT_FALSE(w.impl()->grad_unwritten || b.impl()->grad_unwritten) << what;
+  }
 }
 
 TEST(RmsNorm, ForwardMatchesFloat64Reference) {

@@ -110,12 +110,13 @@ TEST(Reduce, SixteenBitDataAccumulatesInF32) {
   }
 }
 
-// A bias gradient added straight into a gradient buffer: earlier values plus the column sums, for
-// short columns (one thread each) and long ones (row chunks), into f32 from 16-bit data without a
-// 16-bit rounding, and into a buffer of the data's own dtype. Widths that are a multiple of 16
-// bytes take the CUDA build's 16-byte column kernel (264: a block of 256 bf16 columns and a part
-// of one; 1600 over 70 rows: one chunk); the others its portable one.
-TEST(Reduce, AddColumnSumsIntoAGradientBuffer) {
+// A bias gradient put straight into a gradient buffer: added, earlier values plus the column sums,
+// or written over a buffer holding NaN (one that holds no values yet), for short columns (one
+// thread each) and long ones (row chunks), into f32 from 16-bit data without a 16-bit rounding,
+// and into a buffer of the data's own dtype. Widths that are a multiple of 16 bytes take the CUDA
+// build's 16-byte column kernel (264: a block of 256 bf16 columns and a part of one; 1600 over 70
+// rows: one chunk); the others its portable one. No rows: written means zeros.
+TEST(Reduce, ColumnSumsIntoAGradientBuffer) {
   std::uint32_t seed = 40;
   for (const Shape& shape : std::vector<Shape>{{5, 3}, {4099, 17}, {300, 1}, {5000, 264}, {70, 1600}})
     for (DType dt : {DType::f32, DType::bf16}) {
@@ -128,25 +129,36 @@ TEST(Reduce, AddColumnSumsIntoAGradientBuffer) {
         for (std::int64_t c = 0; c < cols; ++c) ref[c] += xv[r * cols + c];
       const std::string what = std::string(dtype_name(dt)) + " " + to_string(shape);
       Tensor into_f32 = Tensor::from_floats(earlier, {cols});
-      kernels::add_column_sums(x, into_f32);
+      kernels::column_sums(x, into_f32, true);
       expect_near_all(into_f32.to_host_floats(), ref, 1e-4, 1e-5, what + " into f32");
+      std::vector<double> sums(ref);
+      for (std::int64_t c = 0; c < cols; ++c) sums[c] -= earlier[c];
+      Tensor over_f32 = full({cols}, std::nanf(""));
+      kernels::column_sums(x, over_f32, false);
+      expect_near_all(over_f32.to_host_floats(), sums, 1e-4, 1e-5, what + " over f32");
+      Tensor over_own = full({cols}, std::nanf(""), dt);
+      kernels::column_sums(x, over_own, false);
+      expect_near_all(over_own.to_host_floats(), sums, 1e-4, testing::roundoff(dt), what + " over " + dtype_name(dt));
       Tensor into_own = Tensor::from_floats(earlier, {cols}, dt);
       const auto own_earlier = into_own.to_host_floats();
       std::vector<double> own_ref(own_earlier.begin(), own_earlier.end());
       for (std::int64_t c = 0; c < cols; ++c) own_ref[c] += ref[c] - earlier[c];
-      kernels::add_column_sums(x, into_own);
+      kernels::column_sums(x, into_own, true);
       expect_near_all(into_own.to_host_floats(), own_ref, 1e-4, testing::roundoff(dt), what + " into " + dtype_name(dt));
     }
   const Tensor x = random_tensor({5000, 264}, seed, -1.0f, 1.0f, DType::bf16);
   Tensor once = Tensor::zeros({264}), again = Tensor::zeros({264});
-  kernels::add_column_sums(x, once);
-  kernels::add_column_sums(x, again);
+  kernels::column_sums(x, once, true);
+  kernels::column_sums(x, again, true);
   EXPECT_EQ(again.to_host_floats(), once.to_host_floats()) << "a fixed summation order";
-  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({4})); },
+  Tensor none = full({264}, std::nanf(""));
+  kernels::column_sums(Tensor::zeros({0, 264}, DType::bf16), none, false);
+  EXPECT_EQ(none.to_host_floats(), std::vector<float>(264, 0.0f)) << "no rows, written";
+  EXPECT_THAT([] { kernels::column_sums(Tensor::zeros({4, 3}), Tensor::zeros({4}), true); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a contiguous [3] output")));
-  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({4, 3}), Tensor::zeros({3}, DType::bf16)); },
+  EXPECT_THAT([] { kernels::column_sums(Tensor::zeros({4, 3}), Tensor::zeros({3}, DType::bf16), false); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("output in f32, found [3] in bf16")));
-  EXPECT_THAT([] { kernels::add_column_sums(Tensor::zeros({12}), Tensor::zeros({12})); },
+  EXPECT_THAT([] { kernels::column_sums(Tensor::zeros({12}), Tensor::zeros({12}), true); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected x of shape [rows, cols], found [12]")));
 }
 

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/nn/module.hpp"
+#include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
@@ -81,6 +84,56 @@ TEST(ShardedStorage, ReduceGradientAveragesAndAccumulates) {
   }
   s.zero_grad();
   for (float v : s.grad_shard().to_host_floats()) EXPECT_EQ(v, 0.0f);
+}
+
+// Gradient buffers bound as holding no values (bind_grads: a ring slot, here full of NaN where
+// the parameters lie, as a previous block leaves it): a gradient is written over its part, and
+// unbind_grads zeroes the parts no gradient reached, so the buffer can be reduced as it is.
+TEST(ShardedStorage, UnreachedPartsOfALentBufferAreZeroedAtUnbind) {
+  bmt::DistributedParameter a({10}), b({6});
+  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}}, bmt::rank(), bmt::world_size(), 1);
+  std::vector<float> init(static_cast<std::size_t>(s.total()), 0.0f);
+  for (const auto& e : s.entries())
+    for (std::int64_t k = 0; k < e.numel; ++k) init[e.offset + k] = std::nanf("");
+  bmt::Tensor buffer = bmt::Tensor::from_floats(init, {s.total()});
+  bmt::Tensor values = bmt::Tensor::empty({s.total()});
+  s.all_gather_into(values, bmt::context().world_comm(), bmt::context().compute_stream());
+  s.bind(values);
+  s.bind_grads(buffer);
+  bmt::mul(a, bmt::full({10}, 3.0f)).backward(bmt::full({10}, 2.0f));  // b gets no gradient
+  s.unbind_grads();
+  s.unbind();
+  const auto got = buffer.to_host_floats();
+  for (std::int64_t i = 0; i < s.total(); ++i) {
+    const auto& ea = s.entries()[0];
+    const bool in_a = i >= ea.offset && i < ea.offset + ea.numel;
+    EXPECT_EQ(got[i], in_a ? 6.0f : 0.0f) << i;
+  }
+}
+
+// One rank: zero_grad writes no zeros; the next backward writes its gradients over the shard's
+// parts, and the parts no gradient reached read as zeros.
+TEST(ShardedStorage, OneRankGradientShardIsWrittenOverAfterZeroGrad) {
+  if (bmt::world_size() != 1) GTEST_SKIP() << "one rank";
+  bmt::DistributedParameter a({10}), b({6});
+  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}}, 0, 1, 1);
+  s.bind(s.shard());
+  auto step = [&](float da, bool with_b) {
+    s.zero_grad();
+    s.bind_own_grads();
+    bmt::Tensor y = bmt::mul(a, bmt::full({10}, da));
+    if (with_b) y = bmt::add(y, bmt::reshape(bmt::sum(b), {1}));
+    y.backward(bmt::full({10}, 1.0f));
+    s.unbind_grads();
+    return s.grad_shard().to_host_floats();
+  };
+  const auto first = step(5.0f, true);
+  EXPECT_EQ(first[s.entries()[1].offset], 10.0f) << "b's gradient in the first step";
+  const auto got = step(3.0f, false);  // not 5 + 3 for a, not 10 for b
+  const auto& ea = s.entries()[0];
+  const auto& eb = s.entries()[1];
+  for (std::int64_t k = 0; k < ea.numel; ++k) EXPECT_EQ(got[ea.offset + k], 3.0f) << k;
+  for (std::int64_t k = 0; k < eb.numel; ++k) EXPECT_EQ(got[eb.offset + k], 0.0f) << k;
 }
 
 TEST(ShardedStorage, MixedDtypesAreRejected) {

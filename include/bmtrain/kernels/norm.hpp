@@ -5,8 +5,8 @@
 //
 // x, y, dy, dx: contiguous [rows, C] (any leading shape), all of one floating dtype.
 // weight, bias, dweight, dbias: contiguous [C] of x's dtype; undefined where absent/not wanted.
-// With `accumulate`, backward adds its sums into dweight/dbias instead of writing them, and they
-// may then be f32 whatever x's dtype (both of one dtype): a gradient buffer filled in place.
+// With `accumulate`, backward adds its sums into dweight/dbias instead of writing them. Either way
+// they may be f32 whatever x's dtype (both of one dtype): a gradient buffer filled in place.
 // With `add_into_dx`, backward adds its input gradient to what dx holds (rounding the sum once): a
 // gradient that a residual branch already put there.
 // mean, rstd: f32 [rows], written by forward and read by backward. Statistics, and the reductions

@@ -25,9 +25,10 @@ namespace bmt::kernels {
 Tensor sum_all(const Tensor& x, float scale = 1.0f);
 // scale * (sum over dimension dim); keepdim keeps it with size 1. x contiguous.
 Tensor sum_dim(const Tensor& x, std::int64_t dim, bool keepdim, float scale = 1.0f);
-// out += the sums of x's columns (x [rows, cols] contiguous, out [cols] contiguous in x's dtype or
-// f32): a bias gradient added straight into a gradient buffer, with no [cols] temporary.
-void add_column_sums(const Tensor& x, const Tensor& out);
+// out = (accumulate: out +) the sums of x's columns (x [rows, cols] contiguous, out [cols]
+// contiguous in x's dtype or f32): a bias gradient put straight into a gradient buffer, with no
+// [cols] temporary.
+void column_sums(const Tensor& x, const Tensor& out, bool accumulate);
 // The adjoint of sum_dim: out (shape `shape`) = scale * reduced broadcast along `dim`, where
 // `reduced` has shape's elements with `dim` removed (or of size 1).
 Tensor expand_dim(const Tensor& reduced, const Shape& shape, std::int64_t dim, float scale = 1.0f);

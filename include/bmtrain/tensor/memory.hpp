@@ -24,8 +24,6 @@ void pinned_free(void* ptr);
 // stream to know when they are done.
 void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stream& stream);
 void copy_from_host_async(void* dst, const void* host_src, std::size_t bytes, Stream& stream);
-// Zeroes `bytes` at `dst`, queued on `stream` (set_zero queues on the compute stream).
-void set_zero_async(void* dst, std::size_t bytes, Stream& stream);
 // A pinned host buffer, freed with its owner.
 class PinnedBuffer {
  public:

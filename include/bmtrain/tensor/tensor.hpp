@@ -72,6 +72,10 @@ struct TensorImpl {
   // autograd
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
+  // `grad` is a buffer lent to this leaf that holds no values yet and stands for zeros (a ZeRO
+  // block's gradient buffer): the first gradient may be written over it instead of added
+  // (autograd::Function::claim_leaf_gradient), saving the pass that would zero it.
+  bool grad_unwritten = false;
   std::shared_ptr<autograd::Node> grad_fn;
   std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's gradient sink, while a graph holds it
   int output_nr = 0;  // which output of grad_fn this is

@@ -15,9 +15,9 @@ class BufferRing {
   struct Slot {
     Tensor buffer;  // 1-D, at least as large as asked for
     Event free;     // the last user is done with `buffer` once this completes
-    // All of `buffer` is zero once `free` completes: its last user cleared what it wrote (the
-    // gradient ring's users do, on the scatter stream, so the compute stream need not).
-    bool zeroed = false;
+    // Gradient ring: its last user's ShardedStorage::grad_layout(); `buffer` is zero outside the
+    // parameters' parts it names (empty: nothing known).
+    std::vector<std::int64_t> layout;
   };
 
   explicit BufferRing(DType dtype) : dtype_(dtype) {}

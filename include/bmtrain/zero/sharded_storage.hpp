@@ -23,6 +23,9 @@ class ShardedStorage {
     std::int64_t offset; // first element in the flat buffer
     std::int64_t numel;
     bool trainable;
+    // A whole storage's gradient shard holds no values here yet and stands for zeros (zero_grad):
+    // the first gradient is written over it (bind_own_grads, accumulate_grad).
+    bool grad_unwritten = false;
   };
 
   // Packs `parameters` (all of one dtype) and initializes this rank's shard with each parameter's
@@ -44,16 +47,22 @@ class ShardedStorage {
   bool has_trainable() const;
 
   // This rank's values (dtype(), shard_size()) and f32 gradient (shard_size(), zero after zero_grad).
+  // zero_grad writes no zeros: the step's first gradients are written over the shard (or the first
+  // reduction lands in it), and what none reached is zeroed here, when the shard is read.
   const Tensor& shard() const { return shard_; }
   const Tensor& grad_shard();
 
   // One rank holds every parameter (a world of one): the shard is the whole flat buffer, usable
-  // as the gathered values as it is, and a backward can add its gradients straight into the
-  // gradient shard (accumulate_grads) with nothing to reduce.
+  // as the gathered values as it is, and a backward can put its gradients straight into the
+  // gradient shard (bind_own_grads, accumulate_grad) with nothing to reduce.
   bool whole() const { return world_size_ == 1; }
-  // For a whole storage: the gradient shard, for bind_grads, in place of a buffer to reduce. It
-  // holds gradients from then on, as after reduce_gradient.
-  const Tensor& accumulate_grads();
+  // For a whole storage: points every trainable parameter's .grad at its place in the gradient
+  // shard, in place of a buffer to reduce (parts that hold no values since zero_grad are bound so,
+  // to be written over). The shard holds gradients from then on, as after reduce_gradient.
+  void bind_own_grads();
+  // For a whole storage: adds `grad` into entry `index`'s part of the gradient shard (writes it,
+  // when the part holds no values since zero_grad).
+  void accumulate_grad(std::size_t index, const Tensor& grad);
 
   // Gathers every rank's shard into `full` (total() elements of dtype()), queued on `stream`.
   void all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const;
@@ -61,9 +70,14 @@ class ShardedStorage {
   void bind(const Tensor& full);
   void unbind();
   bool is_bound() const { return bound_; }
-  // Points every trainable parameter's .grad at its place in `full_grad` (f32, total() elements).
+  // Points every trainable parameter's .grad at its place in `full_grad` (f32, total() elements),
+  // a buffer that holds no values there yet: the backward writes the first gradient over it
+  // (TensorImpl::grad_unwritten), and unbind_grads zeroes the places no gradient reached.
   void bind_grads(const Tensor& full_grad);
   void unbind_grads();
+  // Where the trainable parameters lie in a gradient buffer: (offset, numel) pairs and total().
+  // Backward writes nothing else, so a buffer zero outside them stays so for the same layout.
+  std::vector<std::int64_t> grad_layout() const;
 
   // Reduces `full_grad` (f32, total()) over ranks (average) into this rank's gradient shard,
   // adding to what is there, queued on `stream` after `ready`. Returns an event for when
@@ -84,8 +98,9 @@ class ShardedStorage {
   Slice local_slice(const Entry& e) const;
 
  private:
-  const Tensor& grad_shard_holder();  // grad_shard_, allocated (zeros) on first use, stale or not
-  void await_zeros();                 // the compute stream waits for zero_grad's zeros, once
+  const Tensor& grad_shard_holder();  // grad_shard_ as it is, allocated (zeros) on first use
+  Tensor grad_part(const Tensor& full_grad, const Entry& e) const;
+  bool zero_unwritten_parts();  // zeroes the gradient shard's unwritten parts; true if there were any
   std::string name_;
   DType dtype_ = DType::f32;
   int rank_ = 0;
@@ -97,9 +112,9 @@ class ShardedStorage {
   Tensor grad_shard_;
   Tensor incoming_;       // f32 shard a reduction lands in when grad_shard_ already holds gradients
   bool grad_dirty_ = false;    // grad_shard_ holds gradients (not known zero)
-  bool grad_stale_ = false;    // grad_shard_ stands for zeros it does not hold yet (see zero_grad)
-  Event zeroed_;               // one rank: the zeros zero_grad queued on the scatter stream are written
-  bool zeroing_ = false;       // the compute stream has not waited for zeroed_ yet
+  bool grad_stale_ = false;    // across ranks: grad_shard_ stands for zeros it does not hold yet
+  bool grads_own_ = false;     // the .grad bound are the gradient shard's (bind_own_grads)
+  bool padding_written_ = false;  // one rank: a reduction wrote the shard between the parts too
   bool incoming_pending_ = false;
   Event reduced_;              // completion of the reduction in flight
   Tensor reducing_;            // its input, kept alive until then

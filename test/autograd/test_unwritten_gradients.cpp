@@ -1,0 +1,109 @@
+// Gradient buffers lent as holding no values yet (TensorImpl::grad_unwritten: a ZeRO block's
+// buffer at the start of its backward, never zeroed). Here they are full of NaN: every way a
+// gradient reaches a leaf must write over such a buffer (a GEMM with beta 0, column sums stored,
+// a returned gradient copied) or zero it before adding, so the results equal the gradients the
+// same graph gives leaves without buffers, exactly (f32, the same float operations), in place, and
+// the buffers count as written afterwards: a second backward adds, doubling them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/ops/ops.hpp"
+
+namespace bmt {
+namespace {
+
+Tensor sample(const Shape& shape, std::uint32_t seed) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
+  }
+  return Tensor::from_floats(v, shape);
+}
+
+using Graph = std::function<Tensor(const std::vector<Tensor>&)>;
+
+std::vector<Tensor> make_leaves(const std::vector<Shape>& shapes) {
+  std::vector<Tensor> leaves;
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    leaves.push_back(sample(shapes[i], static_cast<std::uint32_t>(10 + i)).set_requires_grad(true));
+  return leaves;
+}
+
+// The graph's output gradient: a fixed sample of its shape.
+void run_backward(const Graph& f, const std::vector<Tensor>& leaves) {
+  const Tensor y = f(leaves);
+  y.backward(sample(y.shape(), 99));
+}
+
+void check_writes_over_unwritten_buffers(const std::string& what, const std::vector<Shape>& shapes, const Graph& f) {
+  SCOPED_TRACE(what);
+  const std::vector<Tensor> fresh = make_leaves(shapes);
+  run_backward(f, fresh);
+
+  std::vector<Tensor> lent = make_leaves(shapes);
+  std::vector<const void*> buffers;
+  for (Tensor& l : lent) {
+    l.set_grad(full(l.shape(), std::nanf("")));
+    l.impl()->grad_unwritten = true;
+    buffers.push_back(l.grad().data());
+  }
+  run_backward(f, lent);
+  for (std::size_t i = 0; i < lent.size(); ++i) {
+    EXPECT_EQ(lent[i].grad().data(), buffers[i]) << "leaf " << i << ": in its buffer";
+    EXPECT_FALSE(lent[i].impl()->grad_unwritten) << "leaf " << i;
+    EXPECT_EQ(lent[i].grad().to_host_floats(), fresh[i].grad().to_host_floats()) << "leaf " << i;
+  }
+
+  run_backward(f, lent);  // the buffers hold values now: added to (to f32 rounding: a chunked
+                          // gradient adds its chunks to the earlier values one by one)
+  for (std::size_t i = 0; i < lent.size(); ++i) {
+    const std::vector<float> once = fresh[i].grad().to_host_floats(), got = lent[i].grad().to_host_floats();
+    for (std::size_t k = 0; k < got.size(); ++k)
+      ASSERT_NEAR(got[k], 2.0f * once[k], 1e-6 * (1.0 + std::fabs(2.0 * once[k]))) << "leaf " << i << " [" << k
+                                                                                     << "], second backward";
+  }
+}
+
+// The weight's GEMM (beta 0), the bias's column sums and the input's gradient (zeroed, then the
+// dx GEMM adds into it with beta 1).
+TEST(UnwrittenGradients, Linear) {
+  check_writes_over_unwritten_buffers("linear", {{300, 8}, {6, 8}, {6}},
+                                      [](const std::vector<Tensor>& l) { return linear(l[0], l[1], l[2]); });
+}
+
+// The norms' column sums, stored for both parameters, and the input's gradient.
+TEST(UnwrittenGradients, Norms) {
+  check_writes_over_unwritten_buffers("layer_norm", {{300, 8}, {8}, {8}},
+                                      [](const std::vector<Tensor>& l) { return layer_norm(l[0], l[1], l[2]); });
+  check_writes_over_unwritten_buffers("rms_norm", {{300, 8}, {8}},
+                                      [](const std::vector<Tensor>& l) { return rms_norm(l[0], l[1]); });
+}
+
+// A residual add's bias (column sums), and gradients returned to the graph (copied over).
+TEST(UnwrittenGradients, ResidualAddAndReturnedGradients) {
+  check_writes_over_unwritten_buffers("residual_add", {{300, 8}, {300, 8}, {8}},
+                                      [](const std::vector<Tensor>& l) { return residual_add(l[0], l[1], l[2]); });
+  check_writes_over_unwritten_buffers("mul", {{5, 4}, {5, 4}},
+                                      [](const std::vector<Tensor>& l) { return mul(l[0], l[1]); });
+}
+
+// The chunked head: its weight's f32 buffer, summed over chunks, written by the first.
+TEST(UnwrittenGradients, LinearCrossEntropy) {
+  const Tensor targets = Tensor::from_ints({1, 3, 0, 2, 4, 1, 2}, {7});
+  check_writes_over_unwritten_buffers("linear_cross_entropy", {{7, 8}, {5, 8}}, [&](const std::vector<Tensor>& l) {
+    return linear_cross_entropy(l[0], l[1], targets, 3);
+  });
+}
+
+}  // namespace
+}  // namespace bmt
