@@ -106,7 +106,7 @@ bool outputs_on_demand() { return t_outputs_on_demand; }
 OutputsOnDemandGuard::OutputsOnDemandGuard() : previous_(t_outputs_on_demand) { t_outputs_on_demand = true; }
 OutputsOnDemandGuard::~OutputsOnDemandGuard() { t_outputs_on_demand = previous_; }
 
-Tensor Function::leaf_gradient(std::size_t i) const {
+Tensor Function::leaf_gradient(std::size_t i, bool will_claim) const {
   if (i >= next_edges.size()) return Tensor();
   const auto* sink = dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get());
   if (!sink) return Tensor();
@@ -115,6 +115,7 @@ Tensor Function::leaf_gradient(std::size_t i) const {
   if (!grad.defined() || !grad.is_contiguous() || grad.shape() != leaf.shape() ||
       (grad.dtype() != leaf.dtype() && grad.dtype() != DType::f32))
     return Tensor();
+  if (!will_claim && claim_leaf_gradient(i)) grad.zero_();
   return grad;
 }
 
@@ -129,10 +130,7 @@ bool Function::claim_leaf_gradient(std::size_t i) const {
 
 Tensor Function::partial_gradient(std::size_t i) const {
   const Tensor leaf = leaf_gradient(i);
-  if (leaf.defined()) {
-    if (claim_leaf_gradient(i)) leaf.zero_();  // the caller adds into it
-    return leaf;
-  }
+  if (leaf.defined()) return leaf;
   return i < partial_grads.size() ? partial_grads[i] : Tensor();
 }
 

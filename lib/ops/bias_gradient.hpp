@@ -10,7 +10,7 @@ namespace bmt {
 
 // rows: the gradient [rows, features]; input `index` of fn is the bias [features].
 inline Tensor bias_gradient(const autograd::Function& fn, std::size_t index, const Tensor& rows) {
-  const Tensor target = fn.leaf_gradient(index);
+  const Tensor target = fn.leaf_gradient(index, /*will_claim=*/true);
   if (target.defined() && (target.dtype() == rows.dtype() || target.dtype() == DType::f32)) {
     kernels::column_sums(rows, target, /*accumulate=*/!fn.claim_leaf_gradient(index));
     return Tensor();

@@ -75,7 +75,7 @@ class LinearCrossEntropyFn final : public autograd::Function {
     Tensor dh = needs_input_grad(0) ? Tensor::empty({N, C}, dtype) : Tensor();
     // dweight summed over the chunks in f32: straight into the weight's f32 gradient buffer when it
     // has one (a parameter inside a CheckpointBlock), else into a buffer rounded once at the end.
-    Tensor dw_leaf = needs_input_grad(1) ? leaf_gradient(1) : Tensor();
+    Tensor dw_leaf = needs_input_grad(1) ? leaf_gradient(1, /*will_claim=*/true) : Tensor();
     if (dw_leaf.defined() && dw_leaf.dtype() != DType::f32) dw_leaf = Tensor();
     // The first chunk writes over a buffer that holds no values yet.
     const bool over_leaf = dw_leaf.defined() && N > 0 && claim_leaf_gradient(1);

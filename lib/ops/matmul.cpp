@@ -142,7 +142,7 @@ class Linear final : public autograd::DeferrableFunction {
     if (needs_input_grad(1)) {
       // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32): beta 0
       // over a buffer that holds no values yet, else beta 1.
-      const Tensor target = leaf_gradient(1);
+      const Tensor target = leaf_gradient(1, /*will_claim=*/true);
       if (target.defined() && (target.dtype() == g.dtype() || target.dtype() == DType::f32) && dy.rows > 0)
         multiply(dy.transposed(), x_, target, nullptr, /*accumulate=*/!claim_leaf_gradient(1), g.dtype());
       else

@@ -30,8 +30,8 @@ struct ParamGradients {
 
 ParamGradients param_gradients(const autograd::Function& fn, const Tensor& x, bool want_weight, bool want_bias) {
   ParamGradients p;
-  const Tensor w = want_weight ? fn.leaf_gradient(1) : Tensor();
-  const Tensor b = want_bias ? fn.leaf_gradient(2) : Tensor();
+  const Tensor w = want_weight ? fn.leaf_gradient(1, /*will_claim=*/true) : Tensor();
+  const Tensor b = want_bias ? fn.leaf_gradient(2, /*will_claim=*/true) : Tensor();
   const Tensor& first = want_weight ? w : b;
   auto has_buffer = [&](const Tensor& t, bool wanted) { return !wanted || (t.defined() && t.dtype() == first.dtype()); };
   if (first.defined() && has_buffer(w, want_weight) && has_buffer(b, want_bias)) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/ops/ops.hpp"
 
@@ -72,6 +73,26 @@ void check_writes_over_unwritten_buffers(const std::string& what, const std::vec
       ASSERT_NEAR(got[k], 2.0f * once[k], 1e-6 * (1.0 + std::fabs(2.0 * once[k]))) << "leaf " << i << " [" << k
                                                                                      << "], second backward";
   }
+}
+
+// A custom op that adds its gradient into leaf_gradient(i) as it is handed out (not claiming):
+// y = 2 x, dx added into x's buffer, nothing returned.
+struct AddsIntoTheLeafsBuffer : autograd::Function {
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override { return {scale(in[0].detach(), 2.0f)}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
+    const Tensor buffer = leaf_gradient(0);
+    if (!buffer.defined()) return {scale(g[0], 2.0f)};
+    add_(buffer, g[0], 2.0f);
+    return {Tensor()};
+  }
+  std::string name() const override { return "AddsIntoTheLeafsBuffer"; }
+};
+
+// leaf_gradient(i) zeroes a buffer that holds no values before handing it out.
+TEST(UnwrittenGradients, PlainLeafGradientIsZeroedForAnOpThatAdds) {
+  check_writes_over_unwritten_buffers("custom op", {{5, 4}}, [](const std::vector<Tensor>& l) {
+    return autograd::call<AddsIntoTheLeafsBuffer>({l[0]})[0];
+  });
 }
 
 // The weight's GEMM (beta 0), the bias's column sums and the input's gradient (zeroed, then the

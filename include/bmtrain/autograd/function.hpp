@@ -83,14 +83,16 @@ class Function : public Node {
   // contiguous, of the leaf's shape and of its dtype or f32 (a parameter inside a CheckpointBlock,
   // bound to the block's f32 gradient buffer; or a gradient accumulated over micro-batches). backward may then
   // add its gradient there itself (a GEMM with beta = 1 instead of a new buffer and a separate add)
-  // and return an undefined gradient for input i. Undefined otherwise. Before writing there,
-  // backward claims it (claim_leaf_gradient).
-  Tensor leaf_gradient(std::size_t i) const;
+  // and return an undefined gradient for input i. Undefined otherwise. A buffer that holds no
+  // values yet (a ZeRO block's, bound unwritten: TensorImpl::grad_unwritten) is zeroed here, so
+  // that backward may add into it, unless `will_claim`: then it is returned as it is, and backward
+  // calls claim_leaf_gradient(i) right before putting its gradient there.
+  Tensor leaf_gradient(std::size_t i, bool will_claim = false) const;
 
-  // Called by a backward that is about to put input i's gradient into leaf_gradient(i): true when
-  // that buffer holds no values yet (a ZeRO block's buffer the step has not written), and backward
-  // must then write every element of it (a GEMM with beta = 0, column sums stored rather than
-  // added); false when it must add to what is there. Either way the buffer counts as written.
+  // For a backward about to put input i's gradient into leaf_gradient(i, true): true when that
+  // buffer holds no values yet, and backward must then write every element of it (a GEMM with
+  // beta = 0, column sums stored rather than added); false when it must add to what is there.
+  // Either way the buffer counts as written from then on.
   bool claim_leaf_gradient(std::size_t i) const;
 
   // The gradient input i has already received, where backward may add its own into it in place
