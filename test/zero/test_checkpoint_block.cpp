@@ -407,4 +407,91 @@ TEST(CheckpointBlock, MixedOptionsInOneListGiveTheSameGradients) {
   expect_same_gradients(last_recomputes, kept, "keep, keep, recompute");
 }
 
+// A toy block with a parameter registered ahead of w and b: its size moves w and b within the
+// block's flat buffer, and it gets a gradient only where the block uses it (y + sum(spare)).
+struct SpareBlock : bmt::Module {
+  bmt::DistributedParameter spare, w, b;
+  bool use_spare;
+  SpareBlock(std::int64_t d, std::int64_t spare_size, bool use)
+      : spare({spare_size}, bmt::DType::f32, bmt::init::normal(1.0f)),
+        w({d}, bmt::DType::f32, bmt::init::normal(1.0f, 0.3f)),
+        b({d}, bmt::DType::f32, bmt::init::normal(0.1f)),
+        use_spare(use) {
+    register_parameter("spare", spare);
+    register_parameter("w", w);
+    register_parameter("b", b);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) {
+    bmt::Tensor y = bmt::autograd::call<toy::TanhAffine>({x, w, b}, kAlpha)[0];
+    return use_spare ? bmt::add(y, bmt::reshape(bmt::sum(spare), {1})) : y;
+  }
+};
+
+struct SpareModel : bmt::DistributedModule {
+  bmt::TransformerBlockList<SpareBlock> blocks{1};
+  SpareModel(const std::vector<std::int64_t>& spare_sizes, const std::vector<bool>& used) {
+    for (std::size_t i = 0; i < spare_sizes.size(); ++i)
+      blocks.append(bmt::CheckpointOptions{}, kD, spare_sizes[i], used[i]);
+    register_module("blocks", blocks);
+  }
+};
+
+// Per parameter, its gathered gradient after two steps of the same data; and whether every
+// gradient-shard element outside the parameters (padding) is exactly zero.
+struct SpareRun {
+  std::map<std::string, std::vector<float>> grads;
+  bool padding_zero = true;
+};
+
+SpareRun run_spare_model(const std::vector<std::int64_t>& spare_sizes, const std::vector<bool>& used) {
+  SpareModel model(spare_sizes, used);
+  bmt::init_parameters(model);
+  SpareRun run;
+  for (int step = 0; step < 2; ++step) {
+    for (auto* s : bmt::sharded_storages(model)) s->zero_grad();
+    bmt::Tensor x = bmt::Tensor::from_floats(input_of(bmt::rank()), {kRows, kD});
+    x.set_requires_grad(true);
+    bmt::Tensor y = model.blocks(x);
+    y.backward(bmt::Tensor::from_floats(std::vector<float>(kRows * kD, 0.5f), y.shape()));
+  }
+  for (auto* s : bmt::sharded_storages(model)) {
+    s->settle();
+    const auto g = all_gather(s->grad_shard());
+    std::vector<bool> in_entry(g.size(), false);
+    for (const auto& e : s->entries()) {
+      for (std::int64_t k = 0; k < e.numel; ++k) in_entry[e.offset + k] = true;
+      run.grads[e.name] = std::vector<float>(g.begin() + e.offset, g.begin() + e.offset + e.numel);
+    }
+    for (std::size_t i = 0; i < g.size(); ++i) run.padding_zero = run.padding_zero && (in_entry[i] || g[i] == 0.0f);
+  }
+  return run;
+}
+
+// Backward hands blocks 3 and 1 one gradient buffer of the ring, blocks 2 and 0 the other. Laid out
+// differently, they get the w and b gradients of a list whose blocks are laid out alike, with
+// padding and unused parameters exactly zero (a buffer is zeroed whole when a block laid out
+// otherwise takes it). Laid out alike, where blocks 3 and 2 use their spare parameter and 1 and 0
+// do not, the latter's spare gradients are exactly zero: a part no gradient reached is zeroed
+// before the reduce-scatter, not left holding the previous block's.
+TEST(CheckpointBlock, BlocksLaidOutDifferentlyShareTheGradientBuffers) {
+  const std::vector<bool> unused(4, false);
+  const SpareRun alike = run_spare_model({1, 1, 1, 1}, unused);
+  const SpareRun mixed = run_spare_model({1, 70, 200, 3}, unused);
+  EXPECT_TRUE(alike.padding_zero);
+  EXPECT_TRUE(mixed.padding_zero);
+  for (const auto& [name, grad] : alike.grads) {
+    ASSERT_TRUE(mixed.grads.count(name)) << name;
+    if (name.find("spare") == std::string::npos) EXPECT_EQ(mixed.grads.at(name), grad) << name;
+    else EXPECT_EQ(mixed.grads.at(name), std::vector<float>(mixed.grads.at(name).size(), 0.0f)) << name;
+  }
+
+  const SpareRun some_used = run_spare_model({5, 5, 5, 5}, {false, false, true, true});
+  EXPECT_TRUE(some_used.padding_zero);
+  for (int k = 0; k < 4; ++k) {
+    const auto& g = some_used.grads.at("blocks." + std::to_string(k) + ".spare");
+    if (k < 2) EXPECT_EQ(g, std::vector<float>(g.size(), 0.0f)) << "block " << k;
+    else EXPECT_NE(g[0], 0.0f) << "block " << k;
+  }
+}
+
 }  // namespace
