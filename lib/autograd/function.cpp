@@ -106,9 +106,15 @@ bool outputs_on_demand() { return t_outputs_on_demand; }
 OutputsOnDemandGuard::OutputsOnDemandGuard() : previous_(t_outputs_on_demand) { t_outputs_on_demand = true; }
 OutputsOnDemandGuard::~OutputsOnDemandGuard() { t_outputs_on_demand = previous_; }
 
+namespace {
+// Input i's gradient sink when input i is a leaf (its AccumulateGrad), else null.
+const AccumulateGrad* leaf_sink(const std::vector<Edge>& edges, std::size_t i) {
+  return i < edges.size() ? dynamic_cast<const AccumulateGrad*>(edges[i].node.get()) : nullptr;
+}
+}  // namespace
+
 Tensor Function::leaf_gradient(std::size_t i, bool will_claim) const {
-  if (i >= next_edges.size()) return Tensor();
-  const auto* sink = dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get());
+  const AccumulateGrad* sink = leaf_sink(next_edges, i);
   if (!sink) return Tensor();
   const Tensor leaf(sink->leaf());
   const Tensor grad = leaf.grad();
@@ -120,7 +126,7 @@ Tensor Function::leaf_gradient(std::size_t i, bool will_claim) const {
 }
 
 bool Function::claim_leaf_gradient(std::size_t i) const {
-  const auto* sink = i < next_edges.size() ? dynamic_cast<const AccumulateGrad*>(next_edges[i].node.get()) : nullptr;
+  const AccumulateGrad* sink = leaf_sink(next_edges, i);
   if (!sink) return false;
   TensorImpl& leaf = *sink->leaf();
   const bool unwritten = leaf.grad_unwritten;

@@ -141,9 +141,10 @@ void ShardedStorage::bind_own_grads() {
 }
 
 void ShardedStorage::accumulate_grad(std::size_t index, const Tensor& grad) {
-  BMT_REQUIRE(whole() && index < entries_.size(),
-              "ShardedStorage '" << name_ << "': expected entry " << index << " of " << entries_.size()
-                                 << " at one rank, found a world of " << world_size_);
+  BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients go straight into the shard only at one rank, "
+                                                     "found a world of " << world_size_);
+  BMT_REQUIRE(index < entries_.size(), "ShardedStorage '" << name_ << "': expected an entry index below "
+                                                          << entries_.size() << ", found " << index);
   grad_dirty_ = true;
   Entry& e = entries_[index];
   const Tensor part = grad_part(grad_shard_holder(), e);
