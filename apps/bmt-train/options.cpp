@@ -61,7 +61,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; dim=" << c.dim << "; ffn=" << c.ffn << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq
      << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention
-     << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
+     << "; keep_residual=" << o.keep_residual << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
      << "; offload=" << o.offload << "; loss_chunk=" << o.loss_chunk
      << "; data=" << o.data << "; val_data=" << o.val_data << "; batch=" << o.batch
      << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
@@ -121,6 +121,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
   app.add_flag("--keep-attention", o.keep_attention, "Recompute blocks except their attention: keep its output "
                                                      "from forward (batch x seq x dim elements more per block)");
+  app.add_flag("--keep-residual", o.keep_residual,
+               "Recompute blocks except their residual sums: keep the attention branch's sum from forward, so "
+               "that the recompute skips it and the attention projection (batch x seq x dim elements more per "
+               "block)");
   app.add_option("--keep-blocks", o.keep_blocks,
                  "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
                  "when N is at least their number)")

@@ -18,6 +18,7 @@ struct TrainOptions {
   int zero_level = 3;
   bool checkpointing = true;  // recompute blocks in backward
   bool keep_attention = false;  // the recompute reuses the forward's attention outputs
+  bool keep_residual = false;   // the recompute reuses the forward's residual sums
   std::int64_t keep_blocks = 0;  // the last blocks that keep their activations instead of recomputing
   int prefetch = 1;
   bool offload = false;

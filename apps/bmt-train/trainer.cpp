@@ -83,7 +83,9 @@ std::string human(double n) {
 // The banner's account of what backward recomputes.
 std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
   if (!o.checkpointing || o.keep_blocks >= layers) return "  recompute off";
-  std::string text = o.keep_attention ? "  recompute on, attention kept" : "  recompute on";
+  std::string text = "  recompute on";
+  if (o.keep_attention) text += ", attention kept";
+  if (o.keep_residual) text += ", residual sums kept";
   if (o.keep_blocks > 0)
     text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
   return text;
@@ -281,6 +283,7 @@ int train(const TrainOptions& o) {
   checkpoint.use_checkpoint = o.checkpointing;
   checkpoint.zero_level = o.zero_level;
   checkpoint.keep_attention = o.keep_attention;
+  checkpoint.keep_residual = o.keep_residual;
   const float peak_lr = o.lr > 0 ? o.lr : cfg.default_lr;
   agreed([&] {
     model = std::make_unique<GPT>(cfg, o.prefetch, checkpoint, o.loss_chunk, o.keep_blocks);

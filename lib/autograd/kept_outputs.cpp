@@ -1,5 +1,8 @@
 #include "bmtrain/autograd/kept_outputs.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "bmtrain/runtime/error.hpp"
 
 namespace bmt::autograd {
@@ -8,7 +11,11 @@ namespace {
 thread_local KeptOutputs* t_active = nullptr;
 }  // namespace
 
-KeptOutputs* KeptOutputs::active() { return t_active; }
+KeptOutputs::KeptOutputs(std::vector<std::string> ops) : ops_(std::move(ops)) {}
+
+KeptOutputs* KeptOutputs::active(std::string_view op) { return t_active && t_active->keeps(op) ? t_active : nullptr; }
+
+bool KeptOutputs::keeps(std::string_view op) const { return std::find(ops_.begin(), ops_.end(), op) != ops_.end(); }
 
 void KeptOutputs::put(std::vector<Tensor> outputs) {
   BMT_REQUIRE(!replaying_, "KeptOutputs: expected to record, found the list replaying");

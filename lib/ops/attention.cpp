@@ -62,7 +62,7 @@ class AttentionFn final : public autograd::Function {
     const Tensor qh = heads_first(q_);
     const Shape lse_shape{qh.size(0), qh.size(1), qh.size(2)};
     Tensor out;
-    autograd::KeptOutputs* kept = autograd::KeptOutputs::active();
+    autograd::KeptOutputs* kept = autograd::KeptOutputs::active("attention");
     if (kept && kept->replaying()) {
       // A recompute whose forward kept this call's output and logsumexp: the same values.
       const auto taken = kept->take("attention", {{q_.shape(), q_.dtype()}, {lse_shape, DType::f32}});

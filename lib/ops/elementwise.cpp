@@ -2,6 +2,7 @@
 #include "bmtrain/ops/elementwise.hpp"
 
 #include "bmtrain/autograd/function.hpp"
+#include "bmtrain/autograd/kept_outputs.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
@@ -130,10 +131,14 @@ class Swiglu final : public autograd::Function {
 };
 
 // residual + x + bias in one pass. Backward needs nothing from the forward, so the write can wait
-// until the output is read (a block's recompute never reads its output).
+// until the output is read (a block's recompute never reads its output). A block that keeps its
+// residual_add outputs (KeptOutputs) hands the forward's back to its recompute: then x, the
+// attention projection's GEMM output in a transformer block, is never read there, and that GEMM
+// never runs.
 class ResidualAdd final : public autograd::DeferrableFunction {
  public:
   std::string name() const override { return "residual_add"; }
+  bool outputs_ready() const override { return taken_; }
 
   std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
     const Tensor &residual = in[0], &x = in[1], &bias = in[2];
@@ -146,7 +151,14 @@ class ResidualAdd final : public autograd::DeferrableFunction {
     BMT_REQUIRE(!bias.defined() || (bias.dtype() == x.dtype() && bias.shape() == Shape{x.size(-1)}),
                 "residual_add: expected bias [" << x.size(-1) << "] in " << dtype_name(x.dtype()) << ", found "
                                                 << dtype_name(bias.dtype()) << " " << to_string(bias.shape()));
-    return {Tensor::empty(x.shape(), x.dtype())};
+    autograd::KeptOutputs* kept = autograd::KeptOutputs::active("residual_add");
+    if (kept && kept->replaying()) {
+      taken_ = true;
+      return kept->take("residual_add", {{x.shape(), x.dtype()}});
+    }
+    std::vector<Tensor> out = {Tensor::empty(x.shape(), x.dtype())};
+    if (kept) kept->put(out);  // written by write, before anything reads it
+    return out;
   }
 
   void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
@@ -165,6 +177,9 @@ class ResidualAdd final : public autograd::DeferrableFunction {
     }
     return {needs_input_grad(0) ? g : Tensor(), needs_input_grad(1) ? g : Tensor(), db};
   }
+
+ private:
+  bool taken_ = false;  // the output came back from a KeptOutputs list
 };
 
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {

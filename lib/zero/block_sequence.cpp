@@ -9,6 +9,7 @@
 // gradient buffer (gradient_ring(), two slots) is reduce-scattered while the next block computes.
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/autograd/kept_outputs.hpp"
@@ -93,11 +94,12 @@ class BlockSequence final : public autograd::Function {
     inputs_ = detach_all(inputs);
     saved_.assign(n, {});
     kept_.assign(n, {});
-    kept_outputs_.assign(n, {});
     graphs_.assign(n, {});
     rng_.assign(n, 0);
     reserve_rings(depth_ + 1);
     training_graph_ = is_recording();
+    kept_outputs_.clear();
+    for (std::size_t i = 0; i < n; ++i) kept_outputs_.emplace_back(kept_ops(i));
 
     std::vector<Gathered> gathered(n);
     for (std::size_t j = 0; j < std::min(n, static_cast<std::size_t>(depth_) + 1); ++j) gathered[j] = gather(j, j);
@@ -123,7 +125,7 @@ class BlockSequence final : public autograd::Function {
         } else {
           saved_[i] = current;
           std::optional<autograd::KeptOutputsScope> keep;
-          if (keeps_attention(i)) keep.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::record);
+          if (kept_outputs_[i].keeps_any()) keep.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::record);
           outputs = bodies_[i](current);
         }
       }
@@ -200,7 +202,8 @@ class BlockSequence final : public autograd::Function {
             // that only produces them (the last GEMM and residual add) is left undone.
             autograd::OutputsOnDemandGuard on_demand;
             std::optional<autograd::KeptOutputsScope> replay;
-            if (keeps_attention(i)) replay.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::replay);
+            if (kept_outputs_[i].keeps_any())
+              replay.emplace(kept_outputs_[i], autograd::KeptOutputsScope::Mode::replay);
             outputs = bodies_[i](leaves);
             if (replay) kept_outputs_[i].check_all_taken();
           }
@@ -261,9 +264,14 @@ class BlockSequence final : public autograd::Function {
 
   // A block keeps its activations when it does not recompute (and the call records a graph).
   bool keeps_activations(std::size_t i) const { return training_graph_ && !blocks_[i]->options().use_checkpoint; }
-  // A recomputing block keeps its attention outputs for the recompute.
-  bool keeps_attention(std::size_t i) const {
-    return training_graph_ && blocks_[i]->options().use_checkpoint && blocks_[i]->options().keep_attention;
+  // The ops whose outputs a recomputing block keeps from forward for its recompute.
+  std::vector<std::string> kept_ops(std::size_t i) const {
+    const CheckpointOptions& o = blocks_[i]->options();
+    std::vector<std::string> ops;
+    if (!training_graph_ || !o.use_checkpoint) return ops;
+    if (o.keep_attention) ops.push_back("attention");
+    if (o.keep_residual) ops.push_back("residual_add");
+    return ops;
   }
   // A block keeps its gathered parameters from forward to backward.
   bool blocks_kept(std::size_t i) const {

@@ -1,6 +1,8 @@
-// Kept outputs (selective recompute): attention recorded into a KeptOutputs list and replayed
-// returns what the forward computed without running again, with the same gradients; a replay
-// that differs from the recording (other shapes, fewer or more calls) is an error that says so.
+// Kept outputs (selective recompute): attention or residual_add recorded into a KeptOutputs list
+// and replayed returns what the forward computed without running again, with the same gradients
+// (a replayed residual_add leaves the GEMM it adds unrun under outputs on demand); a list keeps
+// only the ops it names; a replay that differs from the recording (other shapes, fewer or more
+// calls) is an error that says so.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,13 +41,13 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(KeptOutputs, ReplayedAttentionReturnsTheRecordedValuesWithoutRunning) {
   const Tensor q = input(1), k = input(2), v = input(3);
-  KeptOutputs kept;
+  KeptOutputs kept({"attention"});
   Tensor recorded;
   {
     KeptOutputsScope record(kept, KeptOutputsScope::Mode::record);
     recorded = attention_bthd(q, k, v, true);
   }
-  EXPECT_EQ(KeptOutputs::active(), nullptr);
+  EXPECT_EQ(KeptOutputs::active("attention"), nullptr);
   EXPECT_EQ(kept.bytes(), static_cast<std::size_t>(B * T * H * D * 4 + B * H * T * 4));  // output and lse, f32
   const std::vector<float> values = recorded.to_host_floats();
   // Overwrite the kept output: a replay that ran the kernel would compute the values again.
@@ -61,7 +63,7 @@ TEST(KeptOutputs, ReplayedAttentionReturnsTheRecordedValuesWithoutRunning) {
 
 TEST(KeptOutputs, ReplayedAttentionHasTheSameGradients) {
   std::vector<std::vector<float>> grads[2];
-  KeptOutputs kept;
+  KeptOutputs kept({"attention"});
   {
     KeptOutputsScope record(kept, KeptOutputsScope::Mode::record);
     NoGradGuard forward_only;  // as a checkpointed block's forward runs
@@ -84,7 +86,7 @@ TEST(KeptOutputs, ReplayedAttentionHasTheSameGradients) {
 }
 
 TEST(KeptOutputs, AReplayThatDiffersFromTheRecordingIsAnError) {
-  KeptOutputs kept;
+  KeptOutputs kept({"attention"});
   {
     KeptOutputsScope record(kept, KeptOutputsScope::Mode::record);
     attention_bthd(input(1), input(2), input(3), true);
@@ -109,6 +111,85 @@ TEST(KeptOutputs, AReplayThatDiffersFromTheRecordingIsAnError) {
   }
   const std::string e = error_of([&] { kept.check_all_taken(); });
   EXPECT_NE(e.find("the recompute took back 0 of the 1 op calls the forward kept"), std::string::npos) << e;
+}
+
+Tensor weight(int seed) {
+  std::vector<float> w(static_cast<std::size_t>(H * D * H * D));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.3f * std::cos(1.3f * static_cast<float>(i) + static_cast<float>(seed));
+  return Tensor::from_floats(w, {H * D, H * D});
+}
+
+Tensor bias(int seed) {
+  std::vector<float> b(static_cast<std::size_t>(H * D));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * std::sin(2.1f * static_cast<float>(i) + static_cast<float>(seed));
+  return Tensor::from_floats(b, {H * D});
+}
+
+// x + linear(attention(...)) + bias, as a transformer block's attention branch ends.
+Tensor attention_branch(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const Tensor y = attention_bthd(reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), true);
+  return residual_add(x, linear(reshape(y, {B, T, H * D}), w), b);
+}
+
+TEST(KeptOutputs, ReplayedResidualAddLeavesTheGemmItAddsUnrun) {
+  const Tensor x = reshape(input(1), {B, T, H * D}), w = weight(2), b = bias(3);
+  KeptOutputs kept({"residual_add"});
+  Tensor recorded;
+  {
+    KeptOutputsScope record(kept, KeptOutputsScope::Mode::record);
+    EXPECT_EQ(KeptOutputs::active("attention"), nullptr) << "the list keeps residual_add only";
+    recorded = attention_branch(x, w, b);
+  }
+  EXPECT_EQ(kept.bytes(), static_cast<std::size_t>(B * T * H * D * 4));
+  const std::vector<float> values = recorded.to_host_floats();
+  fill_(recorded, 7.0f);  // a replay that added again would give the sum, not 7
+  Tensor replayed, projection;
+  {
+    autograd::OutputsOnDemandGuard on_demand;  // as a block's recompute runs
+    KeptOutputsScope replay(kept, KeptOutputsScope::Mode::replay);
+    const Tensor y = attention_bthd(reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), true);
+    projection = linear(reshape(y, {B, T, H * D}), w);
+    replayed = residual_add(x, projection, b);
+  }
+  kept.check_all_taken();
+  EXPECT_EQ(replayed.to_host_floats(), std::vector<float>(values.size(), 7.0f));
+  EXPECT_TRUE(projection.storage()->has_pending_write()) << "nothing read the projection: its GEMM never ran";
+  // Without the kept list the same replay writes the projection (the sum reads it).
+  autograd::OutputsOnDemandGuard on_demand;
+  const Tensor y = attention_bthd(reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), reshape(x, {B, T, H, D}), true);
+  projection = linear(reshape(y, {B, T, H * D}), w);
+  const std::vector<float> again = residual_add(x, projection, b).to_host_floats();
+  EXPECT_FALSE(projection.storage()->has_pending_write());
+  EXPECT_EQ(again, values);
+}
+
+TEST(KeptOutputs, ReplayedResidualAddAndAttentionHaveTheSameGradients) {
+  std::vector<std::vector<float>> grads[2];
+  KeptOutputs kept({"attention", "residual_add"});
+  {
+    KeptOutputsScope record(kept, KeptOutputsScope::Mode::record);
+    NoGradGuard forward_only;
+    attention_branch(reshape(input(1), {B, T, H * D}), weight(2), bias(3));
+  }
+  for (int replayed = 0; replayed < 2; ++replayed) {
+    Tensor x = reshape(input(1), {B, T, H * D}).detach().set_requires_grad(true);
+    Tensor w = weight(2).set_requires_grad(true), b = bias(3).set_requires_grad(true);
+    Tensor out;
+    {
+      autograd::OutputsOnDemandGuard on_demand;
+      std::optional<KeptOutputsScope> replay;
+      if (replayed) replay.emplace(kept, KeptOutputsScope::Mode::replay);
+      out = attention_branch(x, w, b);
+    }
+    out.backward(reshape(input(4), {B, T, H * D}));
+    for (const Tensor* t : {&x, &w, &b}) grads[replayed].push_back(t->grad().to_host_floats());
+  }
+  kept.check_all_taken();
+  ASSERT_EQ(grads[0].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(grads[1][i], grads[0][i]) << "input " << i;
+    EXPECT_GT(std::abs(grads[0][i][1]) + std::abs(grads[0][i][5]), 0.0f) << "input " << i << " got a gradient";
+  }
 }
 
 }  // namespace

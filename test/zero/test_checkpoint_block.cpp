@@ -306,26 +306,30 @@ TEST(CheckpointBlock, RecomputeLeavesTheBlockOutputUnwritten) {
   }
 }
 
-int g_replayed_calls = 0;  // AttentionBlock forwards that ran with kept outputs to replay
+// AttentionBlock forwards that ran with kept attention outputs, and with kept residual sums, to replay
+int g_replayed_attention = 0, g_replayed_residual = 0;
 
-// x + linear(attention(split(linear(x)))): a causal self-attention block.
+// x + linear(attention(split(linear(x)))) + bo: a causal self-attention block.
 struct AttentionBlock : bmt::Module {
   static constexpr std::int64_t kHeads = 2, kHeadDim = 4, kDim = kHeads * kHeadDim, kSeq = 6;
   bmt::DistributedParameter wqkv{{3 * kDim, kDim}, bmt::init::normal(0.0f, 0.4f)};
   bmt::DistributedParameter wo{{kDim, kDim}, bmt::init::normal(0.0f, 0.4f)};
+  bmt::DistributedParameter bo{{kDim}, bmt::init::normal(0.0f, 0.2f)};
   AttentionBlock() {
     register_parameter("wqkv", wqkv);
     register_parameter("wo", wo);
+    register_parameter("bo", bo);
   }
   bmt::Tensor forward(const bmt::Tensor& x) {
-    const auto* kept = bmt::autograd::KeptOutputs::active();
-    if (kept && kept->replaying()) ++g_replayed_calls;
+    using bmt::autograd::KeptOutputs;
+    if (const auto* kept = KeptOutputs::active("attention"); kept && kept->replaying()) ++g_replayed_attention;
+    if (const auto* kept = KeptOutputs::active("residual_add"); kept && kept->replaying()) ++g_replayed_residual;
     const std::int64_t batch = x.size(0);
     const bmt::Shape heads{batch, kSeq, kHeads, kHeadDim};
     auto qkv = bmt::split(bmt::linear(x, wqkv), {kDim, kDim, kDim}, -1);
     const bmt::Tensor y = bmt::attention_bthd(bmt::reshape(qkv[0], heads), bmt::reshape(qkv[1], heads),
                                               bmt::reshape(qkv[2], heads), true);
-    return bmt::add(x, bmt::linear(bmt::reshape(y, {batch, kSeq, kDim}), wo));
+    return bmt::residual_add(x, bmt::linear(bmt::reshape(y, {batch, kSeq, kDim}), wo), bo);
   }
 };
 
@@ -335,7 +339,8 @@ using Grads = std::map<std::string, std::pair<std::vector<float>, std::vector<fl
 struct AttentionRun {
   Grads grads;
   std::vector<float> input_grad;
-  int replayed = 0;  // recomputes that took attention's outputs back
+  int replayed = 0;           // recomputes that took attention's outputs back
+  int replayed_residual = 0;  // recomputes that took the residual sums back
 };
 
 AttentionRun run_attention_blocks(const std::vector<bmt::CheckpointOptions>& options) {
@@ -354,30 +359,31 @@ AttentionRun run_attention_blocks(const std::vector<bmt::CheckpointOptions>& opt
     return bmt::Tensor::from_floats(v, shape);
   };
   bmt::Tensor x = data(bmt::rank()).set_requires_grad(true);
-  g_replayed_calls = 0;
+  g_replayed_attention = g_replayed_residual = 0;
   model.blocks(x).backward(data(bmt::rank() + 11));
-  return {gathered(model), x.grad().to_host_floats(), g_replayed_calls};
+  return {gathered(model), x.grad().to_host_floats(), g_replayed_attention, g_replayed_residual};
 }
 
 void expect_same_gradients(const AttentionRun& run, const AttentionRun& reference, const std::string& what) {
   EXPECT_EQ(run.input_grad, reference.input_grad) << what;
-  ASSERT_EQ(reference.grads.size(), 6u);
+  ASSERT_EQ(reference.grads.size(), 9u);
   for (const auto& [name, vg] : reference.grads) {
     EXPECT_EQ(run.grads.at(name).first, vg.first) << name << ": same initial values, " << what;
     EXPECT_EQ(run.grads.at(name).second, vg.second) << name << ", " << what;
   }
 }
 
-bmt::CheckpointOptions checkpoint_options(bool recompute, bool keep_attention) {
+bmt::CheckpointOptions checkpoint_options(bool recompute, bool keep_attention, bool keep_residual = false) {
   bmt::CheckpointOptions o;
   o.use_checkpoint = recompute;
   o.keep_attention = keep_attention;
+  o.keep_residual = keep_residual;
   return o;
 }
 
 // Every one of the three blocks with the same options.
-std::vector<bmt::CheckpointOptions> uniform(bool recompute, bool keep_attention) {
-  return std::vector<bmt::CheckpointOptions>(3, checkpoint_options(recompute, keep_attention));
+std::vector<bmt::CheckpointOptions> uniform(bool recompute, bool keep_attention, bool keep_residual = false) {
+  return std::vector<bmt::CheckpointOptions>(3, checkpoint_options(recompute, keep_attention, keep_residual));
 }
 
 // Recomputing all but attention (its output kept from forward) gives the gradients of recomputing
@@ -390,7 +396,22 @@ TEST(CheckpointBlock, KeptAttentionGivesTheSameGradients) {
   expect_same_gradients(recomputed, kept, "recomputing every block");
   const AttentionRun kept_attention = run_attention_blocks(uniform(true, true));
   EXPECT_EQ(kept_attention.replayed, 3);
+  EXPECT_EQ(kept_attention.replayed_residual, 0);
   expect_same_gradients(kept_attention, kept, "recomputing all but attention");
+}
+
+// Recomputing all but the residual sums (and so the projection they add), with or without
+// attention kept as well, gives the gradients of keeping every activation, bit for bit.
+TEST(CheckpointBlock, KeptResidualSumsGiveTheSameGradients) {
+  const AttentionRun kept = run_attention_blocks(uniform(false, false));
+  const AttentionRun kept_residual = run_attention_blocks(uniform(true, false, true));
+  EXPECT_EQ(kept_residual.replayed, 0);
+  EXPECT_EQ(kept_residual.replayed_residual, 3);
+  expect_same_gradients(kept_residual, kept, "recomputing all but the residual sums");
+  const AttentionRun kept_both = run_attention_blocks(uniform(true, true, true));
+  EXPECT_EQ(kept_both.replayed, 3);
+  EXPECT_EQ(kept_both.replayed_residual, 3);
+  expect_same_gradients(kept_both, kept, "recomputing all but attention and the residual sums");
 }
 
 // Blocks of one list with different options (what bmt-train --keep-blocks makes: the last block
@@ -399,9 +420,10 @@ TEST(CheckpointBlock, KeptAttentionGivesTheSameGradients) {
 TEST(CheckpointBlock, MixedOptionsInOneListGiveTheSameGradients) {
   const AttentionRun kept = run_attention_blocks(uniform(false, false));
   const AttentionRun mixed = run_attention_blocks(
-      {checkpoint_options(true, false), checkpoint_options(true, true), checkpoint_options(false, false)});
+      {checkpoint_options(true, false, true), checkpoint_options(true, true), checkpoint_options(false, false)});
   EXPECT_EQ(mixed.replayed, 1) << "only the middle block keeps attention's outputs for its recompute";
-  expect_same_gradients(mixed, kept, "recompute, recompute keeping attention, keep");
+  EXPECT_EQ(mixed.replayed_residual, 1) << "only the first block keeps its residual sums";
+  expect_same_gradients(mixed, kept, "recompute keeping residual sums, recompute keeping attention, keep");
   const AttentionRun last_recomputes = run_attention_blocks(
       {checkpoint_options(false, false), checkpoint_options(false, false), checkpoint_options(true, false)});
   expect_same_gradients(last_recomputes, kept, "keep, keep, recompute");

@@ -121,10 +121,13 @@ class DeferrableFunction : public Function {
   // True when prepare itself queues device work that backward needs (gelu_linear's GELU): an op
   // timeline then times prepare as a span of the op too.
   virtual bool prepare_queues_work() const { return false; }
+  // True after a prepare that handed back outputs holding their values already (kept from the
+  // forward: KeptOutputs); write then never runs, and nothing is put off.
+  virtual bool outputs_ready() const { return false; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) final {
     std::vector<Tensor> outputs = prepare(inputs);
-    write(inputs, outputs);
+    if (!outputs_ready()) write(inputs, outputs);
     return outputs;
   }
 };

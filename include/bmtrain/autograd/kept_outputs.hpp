@@ -1,20 +1,24 @@
 #pragma once
 // Selective recompute: a checkpointed block's forward may keep the outputs of ops that are costly
-// to run again and cheap to hold (attention: a [B, T, C] output and an f32 logsumexp per query row,
-// where the kernel is the block's slowest per byte kept), and its recompute takes them back instead
-// of running those ops again. The recompute's graph, gradients and results are unchanged: the
-// kept outputs are the values the op would compute again from the same inputs.
+// to run again and cheap to hold, and its recompute takes them back instead of running those ops
+// again. Two ops take part: attention (a [B, T, C] output and an f32 logsumexp per query row; the
+// kernel is the block's slowest per byte kept) and residual_add (a [B, T, C] output; taking it back
+// also leaves undone, under OutputsOnDemandGuard, the GEMM whose output it adds, which nothing
+// else reads). The recompute's graph, gradients and results are unchanged: the kept outputs are
+// the values the op would compute again from the same inputs.
 //
-//   KeptOutputs kept;
+//   KeptOutputs kept({"attention"});
 //   { KeptOutputsScope s(kept, KeptOutputsScope::Mode::record); body(x); }   // forward
 //   { KeptOutputsScope s(kept, KeptOutputsScope::Mode::replay); body(x); }   // recompute
 //   kept.check_all_taken();
 //
-// Ops that take part (bmt::attention) ask KeptOutputs::active(): while recording they append their
-// outputs, while replaying they take them back in the same order. The body must call those ops in
-// the same order with the same shapes both times (a mismatch is an error), and nothing may change
-// a kept output in place between the two.
+// Each of those ops asks KeptOutputs::active(its name): while recording, a list that keeps it
+// gets its outputs appended, while replaying they are taken back in the same order. The body must
+// call those ops in the same order with the same shapes both times (a mismatch is an error), and
+// nothing may change a kept output in place between the two.
 #include <cstddef>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "bmtrain/tensor/tensor.hpp"
@@ -23,8 +27,14 @@ namespace bmt::autograd {
 
 class KeptOutputs {
  public:
-  // The list recording or replaying on this thread, or null.
-  static KeptOutputs* active();
+  // A list that keeps the outputs of the ops named (attention, residual_add).
+  explicit KeptOutputs(std::vector<std::string> ops = {});
+
+  // The list recording or replaying on this thread when it keeps `op`'s outputs, else null.
+  static KeptOutputs* active(std::string_view op);
+
+  bool keeps(std::string_view op) const;
+  bool keeps_any() const { return !ops_.empty(); }
 
   bool replaying() const { return replaying_; }
   // While recording: keeps one op call's outputs.
@@ -45,6 +55,7 @@ class KeptOutputs {
 
  private:
   friend class KeptOutputsScope;
+  std::vector<std::string> ops_;
   std::vector<std::vector<Tensor>> calls_;
   std::size_t next_ = 0;
   bool replaying_ = false;

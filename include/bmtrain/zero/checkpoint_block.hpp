@@ -35,6 +35,10 @@ struct CheckpointOptions {
   // (B * T * C elements and B * H * T floats a call), so that the recompute skips the attention
   // kernel, the slowest of a transformer block's recompute per byte it would keep.
   bool keep_attention = false;
+  // With use_checkpoint: keep each residual_add call's output from forward to backward (B * T * C
+  // elements a call; a block's last one is its output, which the next block holds anyway), so that
+  // the recompute skips the add and the GEMM whose output it adds (the attention projection).
+  bool keep_residual = false;
 };
 
 class CheckpointBlockBase : public Module {
