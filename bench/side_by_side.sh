@@ -13,6 +13,9 @@
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 # KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
 # output from forward instead of running attention again; more memory), and the header says so.
+# KEEP_RESIDUAL=1 runs bmt-train with --keep-residual (its recompute reuses each block's attention
+# residual sum from forward, which also skips the attention projection's GEMM; more memory), and
+# the header says so.
 # KEEP_BLOCKS=N runs bmt-train with --keep-blocks N (its last N blocks keep their activations
 # instead of recomputing them; more memory), and the header says so.
 # OUT=DIR keeps the raw records of every round there (fsdp2.R.json, bmt.R.jsonl, *.smi, *.log);
@@ -33,6 +36,9 @@ else
 fi
 if [ "${KEEP_ATTENTION:-0}" = 1 ]; then
   mode="$mode, bmt-train keeps attention outputs"; bmt_flags+=(--keep-attention)
+fi
+if [ "${KEEP_RESIDUAL:-0}" = 1 ]; then
+  mode="$mode, bmt-train keeps residual sums"; bmt_flags+=(--keep-residual)
 fi
 if [ "${KEEP_BLOCKS:-0}" != 0 ]; then
   mode="$mode, bmt-train keeps the last $KEEP_BLOCKS block(s)' activations"; bmt_flags+=(--keep-blocks "$KEEP_BLOCKS")
