@@ -3,7 +3,8 @@
 # error and no hang; a resumed run reproduces the uninterrupted run's losses exactly on the same
 # world size, and on another stays as close to them as a run on that world size from the start (or
 # within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
-# --timeline-ops writes op spans; --keep-blocks leaves the losses as they were.
+# --timeline-ops writes op spans; --keep-blocks, --keep-attention and --keep-residual leave the
+# losses as they were.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -99,6 +100,18 @@ for kept in 1 9; do
     || fail "--keep-blocks $kept run failed"
   [ "$(losses "$work/kept$kept.jsonl")" = "$(losses "$work/full.jsonl")" ] \
     || fail "--keep-blocks $kept: losses $(losses "$work/kept$kept.jsonl" | tr '\n' ' ') differ from recomputing every block"
+done
+# --keep-attention / --keep-residual: the recompute takes those ops' outputs back from forward
+# instead of computing them again, the same values, so the losses are the recomputing run's.
+for keep in --keep-attention --keep-residual "--keep-attention --keep-residual"; do
+  # shellcheck disable=SC2086 # the flags split on purpose
+  run 2 "${tiny[@]}" --steps 8 $keep --metrics "$work/keep.jsonl" >"$work/keep.out" || fail "$keep run failed"
+  [ "$(losses "$work/keep.jsonl")" = "$(losses "$work/full.jsonl")" ] \
+    || fail "$keep: losses $(losses "$work/keep.jsonl" | tr '\n' ' ') differ from recomputing every block"
+  for kept in attention residual; do
+    case "$keep" in *$kept*) grep -q "recompute on.*$kept[a-z ]* kept" "$work/keep.out" \
+      || fail "$keep: the run's header does not say $kept outputs are kept" ;; esac
+  done
 done
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 8 ] || fail "expected 8 metrics lines"
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
