@@ -13,6 +13,7 @@
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
+#include "gathered_parameters.hpp"
 #include "toy_block.hpp"
 
 namespace {
@@ -27,14 +28,6 @@ struct Model : bmt::DistributedModule {
     register_module("blocks", blocks);
   }
 };
-
-std::vector<float> gather_all(const bmt::Tensor& shard) {
-  bmt::Tensor full = bmt::Tensor::empty({shard.numel() * bmt::world_size()}, shard.dtype());
-  bmt::context().world_comm().all_gather(shard.data(), full.data(), static_cast<std::size_t>(shard.numel()),
-                                         shard.dtype(), bmt::context().compute_stream());
-  bmt::context().compute_stream().synchronize();
-  return full.to_host_floats();
-}
 
 // Gradient of element i (flat index in a storage) for the synthetic gradients used here: a
 // function of the index and the step, the same on every rank, so the average is the same too.
@@ -65,7 +58,7 @@ TEST(AdamW, MatchesHostAdamWOnEveryWorldSize) {
     struct Ref { std::vector<float> w, m, v; };
     std::vector<Ref> ref;
     for (auto* s : adamw.storages()) {
-      const auto w = gather_all(s->shard());
+      const auto w = bmt_test::all_gather(s->shard());
       ref.push_back({w, std::vector<float>(w.size()), std::vector<float>(w.size())});
     }
     const float lr = 0.05f, scale = 0.5f;
@@ -85,7 +78,7 @@ TEST(AdamW, MatchesHostAdamWOnEveryWorldSize) {
             r.w[j] = r.w[j] * (1 - lr * wd) - lr * mh / (std::sqrt(vh) + 1e-8f);
           }
         }
-        const auto got = gather_all(s->shard());
+        const auto got = bmt_test::all_gather(s->shard());
         for (const auto& e : s->entries())
           for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j)
             ASSERT_NEAR(got[j], ref[k].w[j], 1e-5) << e.name << " step " << step << " offload " << offload;
@@ -113,7 +106,7 @@ TEST(AdamW, ManyAndLongRangesMatchHostAdamW) {
     bmt::optim::AdamW adamw(model, opt);
     std::vector<std::vector<float>> w, m, v;
     for (auto* s : adamw.storages()) {
-      w.push_back(gather_all(s->shard()));
+      w.push_back(bmt_test::all_gather(s->shard()));
       m.emplace_back(w.back().size(), 0.0f);
       v.emplace_back(w.back().size(), 0.0f);
     }
@@ -137,8 +130,8 @@ TEST(AdamW, ManyAndLongRangesMatchHostAdamW) {
     }
     for (std::size_t k = 0; k < w.size(); ++k) {
       auto* s = adamw.storages()[k];
-      const auto master = gather_all(adamw.state_of(*s)[0].second);
-      const auto shard = gather_all(s->shard());
+      const auto master = bmt_test::all_gather(adamw.state_of(*s)[0].second);
+      const auto shard = bmt_test::all_gather(s->shard());
       for (const auto& e : s->entries())
         for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) {
           ASSERT_NEAR(master[j], w[k][j], 1e-5) << e.name << " " << bmt::dtype_name(dtype);
@@ -155,7 +148,7 @@ TEST(SGD, MomentumMatchesHostReference) {
   bmt::init_parameters(model);
   bmt::optim::SGD sgd(model, {0.8f, true, 0.0f});
   auto* s = sgd.storages().front();
-  std::vector<float> w = gather_all(s->shard()), buf(w.size(), 0.0f);
+  std::vector<float> w = bmt_test::all_gather(s->shard()), buf(w.size(), 0.0f);
   for (int step = 1; step <= 3; ++step) {
     set_synthetic_grads(model, step);
     sgd.step(0.1f, 1.0f);
@@ -166,7 +159,7 @@ TEST(SGD, MomentumMatchesHostReference) {
         w[j] -= 0.1f * (g + 0.8f * buf[j]);
       }
   }
-  const auto got = gather_all(s->shard());
+  const auto got = bmt_test::all_gather(s->shard());
   for (const auto& e : s->entries())
     for (std::int64_t j = e.offset; j < e.offset + e.numel; ++j) ASSERT_NEAR(got[j], w[j], 1e-5) << e.name;
 }

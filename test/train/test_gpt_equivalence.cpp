@@ -8,41 +8,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "model.hpp"
+#include "small_gpt.hpp"
 
 namespace {
-
-bmt_train::ModelConfig small_gpt(const std::string& arch) {
-  bmt_train::ModelConfig c;
-  c.arch = arch;
-  c.vocab = 67;
-  c.max_seq = 16;
-  c.layers = 4;
-  c.heads = 2;
-  c.dim = 32;
-  c.ffn = arch == "gpt2" ? 128 : 96;
-  return c;
-}
-
-constexpr std::int64_t kGlobalBatch = 12, kSeq = 16;
-
-// The global batch of step s: tokens [B, T+1], each sequence following x' = (5x + 3) mod V from
-// a pseudo-random start, so there is something to learn; the same at every world size.
-std::vector<std::int64_t> global_batch(int step, std::int64_t vocab) {
-  std::vector<std::int64_t> t(static_cast<std::size_t>(kGlobalBatch * (kSeq + 1)));
-  std::uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(step + 1);
-  for (std::int64_t b = 0; b < kGlobalBatch; ++b) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::int64_t v = static_cast<std::int64_t>(x % static_cast<std::uint64_t>(vocab));
-    for (std::int64_t i = 0; i <= kSeq; ++i) {
-      t[static_cast<std::size_t>(b * (kSeq + 1) + i)] = v;
-      v = (5 * v + 3) % vocab;
-    }
-  }
-  return t;
-}
 
 struct TrainingRun {
   std::vector<float> losses;
@@ -50,7 +18,7 @@ struct TrainingRun {
 };
 
 TrainingRun train(const std::string& arch, bmt::CheckpointOptions checkpoint, int depth) {
-  const auto cfg = small_gpt(arch);
+  const auto cfg = small_gpt::config(arch);
   bmt_train::GPT model(cfg, depth, checkpoint);
   bmt::init_parameters(model);
   bmt::optim::AdamWOptions ao;
@@ -61,18 +29,12 @@ TrainingRun train(const std::string& arch, bmt::CheckpointOptions checkpoint, in
   manager.add_optimizer(adamw, &lr);
 
   const int n = bmt::world_size(), r = bmt::rank();
-  const std::int64_t local = kGlobalBatch / n;
+  const std::int64_t local = small_gpt::kGlobalBatch / n;
   TrainingRun run;
   for (int step = 0; step < 20; ++step) {
-    const auto all = global_batch(step, cfg.vocab);
-    std::vector<std::int64_t> in, out;
-    for (std::int64_t b = r * local; b < (r + 1) * local; ++b)
-      for (std::int64_t t = 0; t < kSeq; ++t) {
-        in.push_back(all[static_cast<std::size_t>(b * (kSeq + 1) + t)]);
-        out.push_back(all[static_cast<std::size_t>(b * (kSeq + 1) + t + 1)]);
-      }
-    bmt::Tensor tokens = bmt::Tensor::from_ints(in, {local, kSeq});
-    bmt::Tensor targets = bmt::Tensor::from_ints(out, {local, kSeq});
+    const auto mine = small_gpt::sequences(small_gpt::global_batch(step, cfg.vocab), r * local, local);
+    bmt::Tensor tokens = bmt::Tensor::from_ints(mine.tokens, {local, small_gpt::kSeq});
+    bmt::Tensor targets = bmt::Tensor::from_ints(mine.targets, {local, small_gpt::kSeq});
     manager.zero_grad();
     bmt::Tensor loss = model.loss(tokens, targets);
     manager.backward(loss);

@@ -16,6 +16,7 @@
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
+#include "gathered_parameters.hpp"
 #include "toy_block.hpp"
 
 namespace {
@@ -50,27 +51,8 @@ struct Model : bmt::DistributedModule {
   }
 };
 
-std::vector<float> all_gather(const bmt::Tensor& shard) {
-  bmt::Tensor full = bmt::Tensor::empty({shard.numel() * bmt::world_size()}, shard.dtype());
-  bmt::context().world_comm().all_gather(shard.data(), full.data(), static_cast<std::size_t>(shard.numel()),
-                                         shard.dtype(), bmt::context().compute_stream());
-  bmt::context().compute_stream().synchronize();
-  return full.to_host_floats();
-}
-
-// name -> (value, gradient) of every parameter, gathered.
-std::map<std::string, std::pair<std::vector<float>, std::vector<float>>> gathered(bmt::Module& m) {
-  std::map<std::string, std::pair<std::vector<float>, std::vector<float>>> out;
-  for (auto* s : bmt::sharded_storages(m)) {
-    s->settle();
-    const auto v = all_gather(s->shard());
-    const auto g = all_gather(s->grad_shard());
-    for (const auto& e : s->entries())
-      out[e.name] = {std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel),
-                     std::vector<float>(g.begin() + e.offset, g.begin() + e.offset + e.numel)};
-  }
-  return out;
-}
+using bmt_test::all_gather;
+using bmt_test::gathered;
 
 // Each rank's input: different on every rank.
 std::vector<float> input_of(int rank) {
