@@ -1,5 +1,5 @@
-// bmt-train's GPT-2 (ZeRO-3 over the ranks, f32) against a float64 reference written from the
-// model's definition with nothing of bmtrain (gpt2_reference.hpp): a step's loss, and its
+// bmt-train's GPT-2 and Llama (ZeRO-3 over the ranks, f32) against a float64 reference written
+// from the models' definitions with nothing of bmtrain (gpt_reference.hpp): a step's loss, and its
 // gradients at coordinates spread over every parameter against central differences of the
 // reference's loss. Every rank computes the reference on the whole global batch, of which it
 // trains on its own part: the gradients reduced over the ranks are the whole batch's.
@@ -10,7 +10,7 @@
 #include <map>
 
 #include "../zero/gathered_parameters.hpp"
-#include "gpt2_reference.hpp"
+#include "gpt_reference.hpp"
 #include "small_gpt.hpp"
 
 namespace {
@@ -49,33 +49,33 @@ float loss_and_gradients(bmt_train::GPT& model, bmt::optim::OptimManager& manage
   return l;
 }
 
-}  // namespace
-
-TEST(GptReference, LossAndGradientsMatchAFloat64Reference) {
-  const auto cfg = small_gpt::config("gpt2", 2);
+// The two-block model of `arch` after one AdamW step, held to the reference at the next batch.
+void expect_reference_loss_and_gradients(const std::string& arch, std::size_t parameters) {
+  const auto cfg = small_gpt::config(arch, 2);
   bmt_train::GPT model(cfg);
   bmt::init_parameters(model);
   bmt::optim::AdamW adamw(model, bmt::optim::AdamWOptions{});
   bmt::optim::ConstantLR lr(3e-2f, 0);
   bmt::optim::OptimManager manager;
   manager.add_optimizer(adamw, &lr);
-  // One AdamW step first, so that no parameter sits at an initial constant (LayerNorm's ones and
+  // One AdamW step first, so that no parameter sits at an initial constant (the norms' ones and
   // zeros, the zero biases), where a swapped or dropped term could go unseen.
   loss_and_gradients(model, manager, 0, true);
   manager.step();
   const float loss = loss_and_gradients(model, manager, 1, false);
   const bmt_test::Gathered params = bmt_test::gathered(model);
 
-  gpt2_reference::Params reference;
+  gpt_reference::Params reference;
   for (const auto& [name, vg] : params) reference[name] = std::vector<double>(vg.first.begin(), vg.first.end());
-  ASSERT_EQ(reference.size(), 4u + 12u * static_cast<std::size_t>(cfg.layers)) << "wte, wpe, ln_f's two, 12 a block";
-  const gpt2_reference::Shape shape{cfg.vocab, cfg.dim, cfg.heads, cfg.ffn, cfg.layers, cfg.norm_eps};
+  ASSERT_EQ(reference.size(), parameters) << arch;
+  const gpt_reference::Shape shape{arch, cfg.vocab, cfg.dim, cfg.heads, cfg.ffn, cfg.layers, cfg.norm_eps,
+                                   cfg.rope_theta};
   const Batch batch = reference_batch(1, cfg.vocab);
-  const double reference_loss = gpt2_reference::loss(reference, shape, batch.tokens, batch.targets);
+  const double reference_loss = gpt_reference::loss(reference, shape, batch.tokens, batch.targets);
   EXPECT_NEAR(loss, reference_loss, 1e-5 * reference_loss);
 
-  // Five coordinates spread over each parameter (and the rows of wte the batch's tokens pick,
-  // whose gradient has the embedding's part as well as the tied head's).
+  // Five coordinates spread over each parameter, and two in a row of wte the batch's tokens pick
+  // (its gradient comes from the embedding, and in GPT-2 from the tied head as well).
   int checked = 0;
   for (const auto& [name, vg] : params) {
     const std::vector<float>& grad = vg.second;
@@ -88,17 +88,27 @@ TEST(GptReference, LossAndGradientsMatchAFloat64Reference) {
     for (std::size_t i : at) {
       const double h = 1e-4, kept = reference[name][i];
       reference[name][i] = kept + h;
-      const double up = gpt2_reference::loss(reference, shape, batch.tokens, batch.targets);
+      const double up = gpt_reference::loss(reference, shape, batch.tokens, batch.targets);
       reference[name][i] = kept - h;
-      const double down = gpt2_reference::loss(reference, shape, batch.tokens, batch.targets);
+      const double down = gpt_reference::loss(reference, shape, batch.tokens, batch.targets);
       reference[name][i] = kept;
       const double want = (up - down) / (2 * h);
-      // f32 against float64: within 2e-6 relative where measured on the host; 1e-4 relative,
-      // with a floor for coordinates whose gradient nearly cancels, leaves room for other
-      // summation orders while a wrong term moves a gradient by far more.
-      EXPECT_NEAR(grad[i], want, 1e-4 * std::fabs(want) + 1e-7) << name << "[" << i << "]";
+      // f32 against float64: within 2e-6 relative where measured on the host, or 4e-9 absolute
+      // where the gradient nearly cancels (3e-5); 1e-4 relative with a 1e-7 floor leaves room
+      // for other summation orders, while a wrong term moves a gradient by far more.
+      EXPECT_NEAR(grad[i], want, 1e-4 * std::fabs(want) + 1e-7) << arch << " " << name << "[" << i << "]";
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 5 * 28 + 2);
+  EXPECT_EQ(checked, 5 * static_cast<int>(parameters) + 2);
+}
+
+}  // namespace
+
+TEST(GptReference, Gpt2LossAndGradientsMatchAFloat64Reference) {
+  expect_reference_loss_and_gradients("gpt2", 4 + 12 * 2);  // wte, wpe, ln_f's two; 12 a block
+}
+
+TEST(GptReference, LlamaLossAndGradientsMatchAFloat64Reference) {
+  expect_reference_loss_and_gradients("llama", 3 + 9 * 2);  // wte, norm, lm_head; 9 a block
 }
