@@ -179,9 +179,9 @@ struct LlamaBlock : bmt::Module {
     bmt::Tensor k = bmt::rotary_embedding(bmt::reshape(wk.forward(h), {B, T, H, D}), 0, c.rope_theta);
     bmt::Tensor v = bmt::reshape(wv.forward(h), {B, T, H, D});
     bmt::Tensor y = bmt::attention_bthd(q, k, v, true);
-    bmt::Tensor r = bmt::add(x, wo.forward(bmt::reshape(y, {B, T, c.dim})));
+    bmt::Tensor r = bmt::residual_add(x, wo.forward(bmt::reshape(y, {B, T, c.dim})));
     bmt::Tensor f = ffn_norm.forward(r);
-    return bmt::add(r, w2.forward(bmt::swiglu(w1.forward(f), w3.forward(f))));
+    return bmt::residual_add(r, w2.forward(bmt::swiglu(w1.forward(f), w3.forward(f))));
   }
 };
 
