@@ -118,13 +118,17 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                                "forward to backward")
       ->capture_default_str()
       ->check(CLI::IsMember({2, 3}));
-  app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
+  CLI::Option* no_recompute =
+      app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
+  // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
   app.add_flag("--keep-attention", o.keep_attention, "Recompute blocks except their attention: keep its output "
-                                                     "from forward (batch x seq x dim elements more per block)");
+                                                     "from forward (batch x seq x dim elements more per block)")
+      ->excludes(no_recompute);
   app.add_flag("--keep-residual", o.keep_residual,
                "Recompute blocks except their residual sums: keep the attention branch's sum from forward, so "
                "that the recompute skips it and the attention projection (batch x seq x dim elements more per "
-               "block)");
+               "block)")
+      ->excludes(no_recompute);
   app.add_option("--keep-blocks", o.keep_blocks,
                  "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
                  "when N is at least their number)")
