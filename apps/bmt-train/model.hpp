@@ -125,7 +125,7 @@ struct GPT2Block : bmt::Module {
 
   // x + dropout(proj(y)), or x + dropout(proj(gelu(y))).
   bmt::Tensor residual(const bmt::Tensor& x, const Linear& proj, const bmt::Tensor& y, bool gelu_first = false) const {
-    if (c.dropout > 0.0f && is_training()) return bmt::add(x, dropout(proj.forward(y, gelu_first)));
+    if (c.dropout > 0.0f && is_training()) return bmt::residual_add(x, dropout(proj.forward(y, gelu_first)));
     return proj.forward_onto(x, y, gelu_first);
   }
 

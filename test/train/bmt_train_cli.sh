@@ -4,7 +4,7 @@
 # world size, and on another stays as close to them as a run on that world size from the start (or
 # within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
 # --timeline-ops writes op spans; --keep-blocks, --keep-attention and --keep-residual leave the
-# losses as they were.
+# losses as they were, with dropout too.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -114,6 +114,18 @@ for keep in --keep-attention --keep-residual "--keep-attention --keep-residual";
     case "$keep" in *$kept*) grep -q "recompute on.*$kept[a-z ]* kept" "$work/keep.out" \
       || fail "$keep: the run's header does not say $kept outputs are kept" ;; esac
   done
+done
+# --dropout: a recompute replays the forward's dropout masks, so recomputing every block, keeping
+# every activation, and keeping attention outputs and residual sums give the same losses.
+run 2 "${tiny[@]}" --steps 4 --dropout 0.1 --metrics "$work/drop.jsonl" >/dev/null || fail "--dropout run failed"
+[ "$(losses "$work/drop.jsonl" | head -1)" != "$(losses "$work/full.jsonl" | head -1)" ] \
+  || fail "--dropout 0.1 left the first loss as it was without dropout"
+for other in --no-checkpointing "--keep-attention --keep-residual"; do
+  # shellcheck disable=SC2086 # the flags split on purpose
+  run 2 "${tiny[@]}" --steps 4 --dropout 0.1 $other --metrics "$work/drop_other.jsonl" >/dev/null \
+    || fail "--dropout with $other failed"
+  [ "$(losses "$work/drop_other.jsonl")" = "$(losses "$work/drop.jsonl")" ] \
+    || fail "--dropout with $other: losses $(losses "$work/drop_other.jsonl" | tr '\n' ' ') differ from recomputing"
 done
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 8 ] || fail "expected 8 metrics lines"
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
