@@ -176,10 +176,9 @@ class BlockSequence final : public autograd::Function {
         ctx.compute_stream().wait(grad_slot->free);
         // The parameters' parts are written over (or zeroed at unbind); the rest of the slot is
         // zero already when its last user was laid out the same way.
-        std::vector<std::int64_t> layout = storage.grad_layout();
-        if (grad_slot->layout != layout) {
+        if (grad_slot->layout != storage.grad_layout()) {
           grad_slot->buffer.zero_();
-          grad_slot->layout = std::move(layout);
+          grad_slot->layout = storage.grad_layout();
         }
         storage.bind_grads(grad_slot->buffer.slice(0, 0, storage.total()));
       }

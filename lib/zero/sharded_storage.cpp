@@ -55,6 +55,9 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
   const std::int64_t unit = align * world_size;
   total_ = std::max<std::int64_t>(unit, (offset + unit - 1) / unit * unit);
   shard_size_ = total_ / world_size;
+  for (const auto& e : entries_)
+    if (e.trainable) grad_layout_.insert(grad_layout_.end(), {e.offset, e.numel});
+  grad_layout_.push_back(total_);
 
   shard_ = Tensor::zeros({shard_size_}, dtype_);
   for (auto& e : entries_) {
@@ -151,14 +154,6 @@ void ShardedStorage::accumulate_grad(std::size_t index, const Tensor& grad) {
   if (e.grad_unwritten) copy_into(part, grad);
   else add_(part, grad);
   e.grad_unwritten = false;
-}
-
-std::vector<std::int64_t> ShardedStorage::grad_layout() const {
-  std::vector<std::int64_t> layout;
-  for (const auto& e : entries_)
-    if (e.trainable) layout.insert(layout.end(), {e.offset, e.numel});
-  layout.push_back(total_);
-  return layout;
 }
 
 void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const {

@@ -77,7 +77,7 @@ class ShardedStorage {
   void unbind_grads();
   // Where the trainable parameters lie in a gradient buffer: (offset, numel) pairs and total().
   // Backward writes nothing else, so a buffer zero outside them stays so for the same layout.
-  std::vector<std::int64_t> grad_layout() const;
+  const std::vector<std::int64_t>& grad_layout() const { return grad_layout_; }
 
   // Reduces `full_grad` (f32, total()) over ranks (average) into this rank's gradient shard,
   // adding to what is there, queued on `stream` after `ready`. Returns an event for when
@@ -108,6 +108,7 @@ class ShardedStorage {
   std::int64_t total_ = 0;
   std::int64_t shard_size_ = 0;
   std::vector<Entry> entries_;
+  std::vector<std::int64_t> grad_layout_;  // fixed with the entries
   Tensor shard_;
   Tensor grad_shard_;
   Tensor incoming_;       // f32 shard a reduction lands in when grad_shard_ already holds gradients
