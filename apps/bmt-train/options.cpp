@@ -118,17 +118,13 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                                "forward to backward")
       ->capture_default_str()
       ->check(CLI::IsMember({2, 3}));
-  CLI::Option* no_recompute =
-      app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
-  // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
+  app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
   app.add_flag("--keep-attention", o.keep_attention, "Recompute blocks except their attention: keep its output "
-                                                     "from forward (batch x seq x dim elements more per block)")
-      ->excludes(no_recompute);
+                                                     "from forward (batch x seq x dim elements more per block)");
   app.add_flag("--keep-residual", o.keep_residual,
                "Recompute blocks except their residual sums: keep the attention branch's sum from forward, so "
                "that the recompute skips it and the attention projection (batch x seq x dim elements more per "
-               "block)")
-      ->excludes(no_recompute);
+               "block)");
   app.add_option("--keep-blocks", o.keep_blocks,
                  "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
                  "when N is at least their number)")
@@ -202,6 +198,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   BMT_REQUIRE(o.batch <= max_tokens / o.seq, "--batch and --seq: expected at most " << max_tokens
                                                 << " tokens per step, found " << o.batch << " x " << o.seq);
   BMT_REQUIRE(o.prefetch >= 0, "--prefetch: expected >= 0, found " << o.prefetch);
+  // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
+  for (const auto& [flag, set] : {std::pair{"--keep-attention", o.keep_attention}, {"--keep-residual", o.keep_residual}})
+    BMT_REQUIRE(!set || o.checkpointing,
+                flag << ": expected blocks that recompute, found --no-checkpointing (every activation kept)");
   BMT_REQUIRE(o.log_every > 0, "--log-every: expected > 0, found " << o.log_every);
   // Numbers that would train nothing useful, or only NaN, are refused before any work starts.
   auto finite_at_least = [](const char* flag, float v, float low) {

@@ -26,7 +26,7 @@ expect_usage_error() {
 }
 expect_usage_error "unknown flag" "--bogus" 2 "${tiny[@]}" --steps 1 --bogus
 expect_usage_error "unknown preset" "unknown model preset 'gpt5'" 2 --model gpt5 --steps 1
-expect_usage_error "a keep without a recompute" "--no-checkpointing excludes --keep-residual" 2 "${tiny[@]}" --steps 1 \
+expect_usage_error "a keep without a recompute" "--keep-residual: expected blocks that recompute, found --no-checkpointing" 2 "${tiny[@]}" --steps 1 \
   --keep-residual --no-checkpointing
 if [ "$max_np" -ge 3 ]; then
   expect_usage_error "indivisible batch" "divisible by the 3 ranks" 3 "${tiny[@]}" --batch 16 --steps 1
