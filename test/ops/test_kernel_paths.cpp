@@ -98,45 +98,64 @@ NormRef norm_ref(const std::vector<float>& x, const std::vector<float>& w, const
   return r;
 }
 
-// add_into_f32: the parameter gradients are added into f32 buffers holding earlier values (a
-// ZeRO block's gradient buffer), and must come out as those values plus the sums, never rounded
-// to x's dtype on the way.
-void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, bool affine, std::int64_t offset,
-              bool want_dx, std::uint32_t seed, bool add_into_f32 = false) {
-  const std::string what = std::string(centered ? "layer_norm " : "rms_norm ") + describe(rows, C, offset) +
-                           (affine ? "" : " no affine") + (want_dx ? "" : " no dx") +
-                           (add_into_f32 ? " added into f32" : "");
+// How a norm test calls the kernels. add_into_f32: the parameter gradients are added into f32
+// buffers holding earlier values (a ZeRO block's gradient buffer), and must come out as those
+// values plus the sums, never rounded to x's dtype on the way. add_into_dx: dx holds the gradient
+// the residual branch already gave x, and comes out as that plus the norm's (a block's backward).
+struct NormCall {
+  bool affine = true;
+  std::int64_t offset = 0;
+  bool want_dx = true;
+  bool add_into_f32 = false;
+  bool add_into_dx = false;
+
+  NormCall& without_affine() { return affine = false, *this; }
+  NormCall& at_offset(std::int64_t elements) { return offset = elements, *this; }
+  NormCall& without_dx() { return want_dx = false, *this; }
+  NormCall& into_f32() { return add_into_f32 = true, *this; }
+  NormCall& into_dx() { return add_into_dx = true, *this; }
+};
+
+void run_norm(bool centered, std::int64_t rows, std::int64_t C, DType dt, std::uint32_t seed, NormCall call = {}) {
+  const std::string what = std::string(centered ? "layer_norm " : "rms_norm ") + describe(rows, C, call.offset) +
+                           (call.affine ? "" : " no affine") + (call.want_dx ? "" : " no dx") +
+                           (call.add_into_f32 ? " added into f32" : "") + (call.add_into_dx ? " added into dx" : "");
   // An offset mean checks that the variance is not E[x^2] - E[x]^2.
   const auto xv = rounded_to(random_floats(rows * C, seed, 1.0f, 3.0f), dt);
-  const auto wv = affine ? rounded_to(random_floats(C, seed + 1, 0.5f, 1.5f), dt) : std::vector<float>();
-  const auto bv = affine && centered ? rounded_to(random_floats(C, seed + 2), dt) : std::vector<float>();
+  const auto wv = call.affine ? rounded_to(random_floats(C, seed + 1, 0.5f, 1.5f), dt) : std::vector<float>();
+  const auto bv = call.affine && centered ? rounded_to(random_floats(C, seed + 2), dt) : std::vector<float>();
   const auto gv = rounded_to(random_floats(rows * C, seed + 3), dt);
-  const Tensor x = make(xv, {rows, C}, dt, offset), dy = make(gv, {rows, C}, dt, offset);
-  const Tensor w = affine ? make(wv, {C}, dt) : Tensor(), b = bv.empty() ? Tensor() : make(bv, {C}, dt);
-  const Tensor y = make_empty({rows, C}, dt, offset), dx = want_dx ? make_empty({rows, C}, dt, offset) : Tensor();
+  const auto dx_before = rounded_to(random_floats(rows * C, seed + 6), dt);
+  const Tensor x = make(xv, {rows, C}, dt, call.offset), dy = make(gv, {rows, C}, dt, call.offset);
+  const Tensor w = call.affine ? make(wv, {C}, dt) : Tensor(), b = bv.empty() ? Tensor() : make(bv, {C}, dt);
+  const Tensor y = make_empty({rows, C}, dt, call.offset);
+  Tensor dx;
+  if (call.want_dx) dx = call.add_into_dx ? make(dx_before, {rows, C}, dt, call.offset) : make_empty({rows, C}, dt, call.offset);
   const Tensor mean = centered ? Tensor::empty({rows}) : Tensor(), rstd = Tensor::empty({rows});
   const auto earlier_w = random_floats(C, seed + 4), earlier_b = random_floats(C, seed + 5);
   auto param_grad = [&](bool wanted, const std::vector<float>& earlier) {
     if (!wanted) return Tensor();
-    return add_into_f32 ? Tensor::from_floats(earlier, {C}) : Tensor::empty({C}, dt);
+    return call.add_into_f32 ? Tensor::from_floats(earlier, {C}) : Tensor::empty({C}, dt);
   };
-  const Tensor dw = param_grad(affine, earlier_w), db = param_grad(!bv.empty(), earlier_b);
+  const Tensor dw = param_grad(call.affine, earlier_w), db = param_grad(!bv.empty(), earlier_b);
   if (centered) {
     kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
-    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, add_into_f32);
+    kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, call.add_into_f32, call.add_into_dx);
   } else {
     kernels::rms_norm_forward(x, w, 1e-5f, y, rstd);
-    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw, add_into_f32);
+    kernels::rms_norm_backward(dy, x, w, rstd, dx, dw, call.add_into_f32, call.add_into_dx);
   }
   NormRef ref = norm_ref(xv, wv, bv, gv, C, 1e-5, centered);
-  if (add_into_f32)
+  if (call.add_into_f32)
     for (std::int64_t j = 0; j < C; ++j) {
       ref.dw[j] += earlier_w[j];
       ref.db[j] += earlier_b[j];
     }
+  if (call.add_into_dx)
+    for (std::size_t i = 0; i < ref.dx.size(); ++i) ref.dx[i] += dx_before[i];
   check(y, ref.y, dt, what + " y");
-  if (want_dx) check(dx, ref.dx, dt, what + " dx");
-  const DType param_dt = add_into_f32 ? DType::f32 : dt;
+  if (call.want_dx) check(dx, ref.dx, dt, what + " dx");
+  const DType param_dt = call.add_into_f32 ? DType::f32 : dt;
   if (dw.defined()) check(dw, ref.dw, param_dt, what + " dweight");
   if (db.defined()) check(db, ref.db, param_dt, what + " dbias");
 }
@@ -149,29 +168,50 @@ TEST(KernelPaths, NormsAtEveryRowWidth) {
   // backward portable; 20000: portable; 100 and 7: widths that take element-wise loads.
   for (DType dt : kDtypes)
     for (std::int64_t C : {768, 1600, 2048, 2560, 8192, 12000, 20000, 100, 7})
-      for (bool centered : {true, false}) run_norm(centered, 37, C, dt, true, 0, true, seed++);
+      for (bool centered : {true, false}) run_norm(centered, 37, C, dt, seed++);
 }
 
 TEST(KernelPaths, NormsWithoutAffineOffsetOrDx) {
   std::uint32_t seed = 100;
   for (DType dt : kDtypes)
     for (bool centered : {true, false}) {
-      run_norm(centered, 70, 768, dt, false, 0, true, seed++);  // no weight, no bias
-      run_norm(centered, 70, 768, dt, true, 1, true, seed++);   // rows off a 16-byte boundary
-      run_norm(centered, 70, 768, dt, true, 0, false, seed++);  // parameter gradients only
-      run_norm(centered, 1, 1600, dt, true, 0, true, seed++);   // a single row
-      run_norm(centered, 3000, 64, dt, true, 0, true, seed++);  // many rows: many blocks' column sums
-      run_norm(centered, 20000, 64, dt, true, 0, true, seed++);  // more rows than resident teams: each walks several
+      run_norm(centered, 70, 768, dt, seed++, NormCall().without_affine());    // no weight, no bias
+      run_norm(centered, 70, 768, dt, seed++, NormCall().at_offset(1));        // rows off a 16-byte boundary
+      run_norm(centered, 70, 768, dt, seed++, NormCall().without_dx());   // parameter gradients only
+      run_norm(centered, 1, 1600, dt, seed++);                       // a single row
+      run_norm(centered, 3000, 64, dt, seed++);   // many rows: many blocks' column sums
+      run_norm(centered, 20000, 64, dt, seed++);  // more rows than resident teams: each walks several
     }
 }
 
 TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
   std::uint32_t seed = 150;
+  const NormCall into_f32 = NormCall().into_f32();
   for (DType dt : kDtypes)
     for (bool centered : {true, false}) {
       // One warp a row, element-wise loads, the portable backward.
-      for (std::int64_t C : {1600, 100, 12000}) run_norm(centered, 37, C, dt, true, 0, true, seed++, true);
-      run_norm(centered, 3000, 64, dt, true, 0, false, seed++, true);  // many blocks' column sums
+      for (std::int64_t C : {1600, 100, 12000}) run_norm(centered, 37, C, dt, seed++, into_f32);
+      run_norm(centered, 3000, 64, dt, seed++, NormCall().without_dx().into_f32());  // many blocks' column sums
+    }
+}
+
+// As a transformer block's backward calls it: dx added into, the parameter gradients into f32. At
+// GPT-2 widths in 2-byte types with enough rows that every team of an H200 walks six or more of
+// them (in the CUDA build each row's x, dy and dx are copied rows ahead into a ring of shared memory
+// stages, and the ring wraps around); element-wise rows and the portable kernel too.
+TEST(KernelPaths, NormsAddIntoDxAsABlockDoes) {
+  std::uint32_t seed = 170;
+  const NormCall block = NormCall().into_f32().into_dx();
+  for (DType dt : kDtypes)
+    for (bool centered : {true, false}) {
+      if (dtype_size(dt) == 2) {
+        run_norm(centered, 8000, 768, dt, seed++, block);
+        run_norm(centered, 3000, 1600, dt, seed++, block);
+      }
+      run_norm(centered, 300, 768, dt, seed++, block);
+      for (std::int64_t C : {100, 12000}) run_norm(centered, 37, C, dt, seed++, block);
+      run_norm(centered, 70, 768, dt, seed++, NormCall().at_offset(1).into_f32().into_dx());
+      run_norm(centered, 70, 768, dt, seed++, NormCall().without_affine().into_dx());
     }
 }
 
