@@ -32,7 +32,7 @@ class GatherParameter final : public autograd::Function {
     const auto& e = entry();
     if (!grads[0].defined() || !e.trainable) return {};
     if (storage_.whole()) {
-      storage_.accumulate_grad(0, grads[0]);
+      storage_.accumulate_grad(kEntry, grads[0]);
       return {};
     }
     Context& ctx = context();
@@ -44,7 +44,9 @@ class GatherParameter final : public autograd::Function {
   }
 
  private:
-  const ShardedStorage::Entry& entry() const { return storage_.entries().front(); }
+  // A parameter outside blocks has a storage of its own: its only entry.
+  static constexpr std::size_t kEntry = 0;
+  const ShardedStorage::Entry& entry() const { return storage_.entries()[kEntry]; }
   ShardedStorage& storage_;
   Tensor param_;
 };
