@@ -215,6 +215,30 @@ TEST(KernelPaths, NormsAddIntoDxAsABlockDoes) {
     }
 }
 
+// The column sums (dW, db) and dx come out with the same bits on a second call: the partial rows
+// are added in a fixed order, with no atomics. Widths of one and several teams a block, and rows
+// enough for many blocks' partial rows.
+TEST(KernelPaths, NormGradientsAreTheSameOnEveryRun) {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (std::int64_t C : {768, 1600}) {
+      const std::int64_t rows = 3000;
+      const std::string what = "layer_norm " + describe(rows, C) + " " + dtype_name(dt);
+      const Tensor x = make(rounded_to(random_floats(rows * C, 7, 1.0f, 3.0f), dt), {rows, C}, dt);
+      const Tensor dy = make(rounded_to(random_floats(rows * C, 8), dt), {rows, C}, dt);
+      const Tensor w = make(rounded_to(random_floats(C, 9, 0.5f, 1.5f), dt), {C}, dt);
+      const Tensor b = make(rounded_to(random_floats(C, 10), dt), {C}, dt);
+      const Tensor y = make_empty({rows, C}, dt), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+      kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+      std::vector<std::vector<float>> runs;
+      for (int run = 0; run < 2; ++run) {
+        const Tensor dx = make_empty({rows, C}, dt), dw = Tensor::zeros({C}), db = Tensor::zeros({C});
+        kernels::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, /*accumulate=*/true);
+        for (const Tensor* t : {&dx, &dw, &db}) runs.push_back(t->to_host_floats());
+      }
+      for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(runs[k], runs[k + 3]) << what << ": output " << k << " differs";
+    }
+}
+
 // ---- softmax ----------------------------------------------------------------------------------
 
 TEST(KernelPaths, SoftmaxAtEveryRowWidth) {
