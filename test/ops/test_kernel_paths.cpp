@@ -196,9 +196,10 @@ TEST(KernelPaths, NormParameterGradientsAddIntoF32Buffers) {
 }
 
 // As a transformer block's backward calls it: dx added into, the parameter gradients into f32. At
-// GPT-2 widths in 2-byte types with enough rows that every team of an H200 walks six or more of
-// them (in the CUDA build each row's x, dy and dx are copied rows ahead into a ring of shared memory
-// stages, and the ring wraps around); element-wise rows and the portable kernel too.
+// GPT-2 widths in 2-byte types (where the CUDA kernel loads the dx it adds into ahead of the row's
+// reductions) with rows enough that every team of an H200 walks about six of them and the blocks'
+// partial rows (660 at 768 wide) outnumber the column-sum pass's 64 lanes many times over;
+// element-wise rows and the portable kernel too.
 TEST(KernelPaths, NormsAddIntoDxAsABlockDoes) {
   std::uint32_t seed = 170;
   const NormCall block = NormCall().into_f32().into_dx();
