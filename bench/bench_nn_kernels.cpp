@@ -310,7 +310,8 @@ void vocab_sizes(benchmark::internal::Benchmark* b) {
 }
 
 void token_sizes(benchmark::internal::Benchmark* b) {
-  for (std::int64_t dt : {0, 1}) b->Args({kRows, 768, dt});
+  for (std::int64_t dt : {0, 1})
+    for (std::int64_t C : {768, 1600}) b->Args({kRows, C, dt});
   b->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 

@@ -421,38 +421,60 @@ TEST(KernelPaths, FillCastAccumulateScale) {
 
 // ---- embedding --------------------------------------------------------------------------------
 
+// The forward's rows and the backward's sums against float64 references, and the backward again:
+// bitwise the same.
+void check_embedding(std::int64_t V, const std::vector<std::int64_t>& ids, std::int64_t C, DType dt, DType grad_dt,
+                     DType it, std::uint32_t& seed) {
+  const std::int64_t tokens = static_cast<std::int64_t>(ids.size());
+  const std::string what = "embedding V " + std::to_string(V) + " tokens " + std::to_string(tokens) + " C " +
+                           std::to_string(C) + " " + dtype_name(dt) + " grad " + dtype_name(grad_dt) + " ids " +
+                           dtype_name(it);
+  const auto table = rounded_to(random_floats(V * C, seed++), dt);
+  const auto gv = rounded_to(random_floats(tokens * C, seed++), dt);
+  const Tensor id_t = Tensor::from_ints(ids, {tokens}, it);
+  const Tensor out = Tensor::empty({tokens, C}, dt);
+  kernels::embedding_forward(id_t, make(table, {V, C}, dt), out);
+  std::vector<double> ref_out, ref_grad(static_cast<std::size_t>(V * C), 0.0);
+  for (std::int64_t i = 0; i < tokens; ++i)
+    for (std::int64_t c = 0; c < C; ++c) {
+      ref_out.push_back(table[ids[i] * C + c]);
+      ref_grad[ids[i] * C + c] += gv[i * C + c];
+    }
+  EXPECT_EQ(out.to_host_floats(), std::vector<float>(ref_out.begin(), ref_out.end())) << what;
+  const Tensor grad_out = make(gv, {tokens, C}, dt);
+  const Tensor g1 = Tensor::empty({V, C}, grad_dt), g2 = Tensor::empty({V, C}, grad_dt);
+  kernels::embedding_backward(id_t, grad_out, g1);
+  kernels::embedding_backward(id_t, grad_out, g2);
+  // Long runs of one id sum in f32: allow its rounding.
+  check(g1, ref_grad, grad_dt == DType::f32 && dt == DType::f32 ? DType::f32 : DType::bf16, what);
+  EXPECT_EQ(g1.to_host_floats(), g2.to_host_floats()) << what << ": two runs differ";
+}
+
 TEST(KernelPaths, EmbeddingGradientIsExactAndRepeatable) {
   std::uint32_t seed = 700;
   const std::int64_t V = 1000, tokens = 4099;
+  // Half of the tokens share one id (a long run to add), the rest spread over the table.
+  std::vector<std::int64_t> ids(tokens);
+  for (std::int64_t i = 0; i < tokens; ++i) ids[i] = i % 2 ? 7 : (i * 7919 + 3) % V;
   for (std::int64_t C : {768, 100})
     for (DType dt : kDtypes)
       for (DType grad_dt : {DType::f32, DType::bf16})
-        for (DType it : {DType::i32, DType::i64}) {
-          const std::string what = "embedding C " + std::to_string(C) + " " + dtype_name(dt) + " grad " +
-                                   dtype_name(grad_dt) + " ids " + dtype_name(it);
-          // Half of the tokens share one id (a long run to add), the rest spread over the table.
-          std::vector<std::int64_t> ids(tokens);
-          for (std::int64_t i = 0; i < tokens; ++i) ids[i] = i % 2 ? 7 : (i * 7919 + 3) % V;
-          const auto table = rounded_to(random_floats(V * C, seed++), dt);
-          const auto gv = rounded_to(random_floats(tokens * C, seed++), dt);
-          const Tensor id_t = Tensor::from_ints(ids, {tokens}, it);
-          const Tensor out = Tensor::empty({tokens, C}, dt);
-          kernels::embedding_forward(id_t, make(table, {V, C}, dt), out);
-          std::vector<double> ref_out, ref_grad(static_cast<std::size_t>(V * C), 0.0);
-          for (std::int64_t i = 0; i < tokens; ++i)
-            for (std::int64_t c = 0; c < C; ++c) {
-              ref_out.push_back(table[ids[i] * C + c]);
-              ref_grad[ids[i] * C + c] += gv[i * C + c];
-            }
-          EXPECT_EQ(out.to_host_floats(), std::vector<float>(ref_out.begin(), ref_out.end())) << what;
-          const Tensor grad_out = make(gv, {tokens, C}, dt);
-          const Tensor g1 = Tensor::empty({V, C}, grad_dt), g2 = Tensor::empty({V, C}, grad_dt);
-          kernels::embedding_backward(id_t, grad_out, g1);
-          kernels::embedding_backward(id_t, grad_out, g2);
-          // The run of 2050 tokens with id 7 sums in f32: allow its rounding.
-          check(g1, ref_grad, grad_dt == DType::f32 && dt == DType::f32 ? DType::f32 : DType::bf16, what);
-          EXPECT_EQ(g1.to_host_floats(), g2.to_host_floats()) << what << ": two runs differ";
-        }
+        for (DType it : {DType::i32, DType::i64}) check_embedding(V, ids, C, dt, grad_dt, it, seed);
+}
+
+// Batches shorter than one chunk of sorted entries, runs that fill chunks exactly, one id for
+// every token, and runs that end where a chunk ends.
+TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
+  std::uint32_t seed = 800;
+  const std::int64_t V = 50;
+  std::vector<std::vector<std::int64_t>> batches = {{3}, {4, 4, 1, 4, 0}, std::vector<std::int64_t>(64, 9),
+                                                    std::vector<std::int64_t>(3000, 49)};
+  std::vector<std::int64_t> edges;  // ids 0..5 in runs of 32, 31, 33, 64, 1, 95
+  for (auto [id, n] : {std::pair{0, 32}, {1, 31}, {2, 33}, {3, 64}, {4, 1}, {5, 95}})
+    for (int k = 0; k < n; ++k) edges.push_back(id);
+  for (std::size_t i = 0; i < edges.size(); ++i) std::swap(edges[i], edges[(i * 97) % edges.size()]);
+  batches.push_back(edges);
+  for (const auto& ids : batches) check_embedding(V, ids, 40, DType::bf16, DType::f32, DType::i32, seed);
 }
 
 }  // namespace
