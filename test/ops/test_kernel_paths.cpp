@@ -442,7 +442,9 @@ void check_embedding(std::int64_t V, const std::vector<std::int64_t>& ids, std::
     }
   EXPECT_EQ(out.to_host_floats(), std::vector<float>(ref_out.begin(), ref_out.end())) << what;
   const Tensor grad_out = make(gv, {tokens, C}, dt);
-  const Tensor g1 = Tensor::empty({V, C}, grad_dt), g2 = Tensor::empty({V, C}, grad_dt);
+  // Start from values that are not zero, so rows left unwritten show.
+  const std::vector<float> stale(static_cast<std::size_t>(V * C), 7.0f);
+  const Tensor g1 = make(stale, {V, C}, grad_dt), g2 = make(stale, {V, C}, grad_dt);
   kernels::embedding_backward(id_t, grad_out, g1);
   kernels::embedding_backward(id_t, grad_out, g2);
   // Long runs of one id sum in f32: allow its rounding.
@@ -474,7 +476,10 @@ TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
     for (int k = 0; k < n; ++k) edges.push_back(id);
   for (std::size_t i = 0; i < edges.size(); ++i) std::swap(edges[i], edges[(i * 97) % edges.size()]);
   batches.push_back(edges);
-  for (const auto& ids : batches) check_embedding(V, ids, 40, DType::bf16, DType::f32, DType::i32, seed);
+  for (const auto& ids : batches) {
+    check_embedding(V, ids, 40, DType::bf16, DType::f32, DType::i32, seed);
+    check_embedding(V, ids, 37, DType::bf16, DType::bf16, DType::i64, seed);  // rows of 74 bytes
+  }
 }
 
 }  // namespace
