@@ -8,7 +8,7 @@ packages=(
   libtrilinos-kokkos-dev
   libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev
 )
 missing=()
 for p in "${packages[@]}"; do
