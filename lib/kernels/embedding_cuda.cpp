@@ -14,6 +14,7 @@
 // ids alone: the result is the same on every run.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "bmtrain/tensor/memory.hpp"
 #include "cuda_common.hpp"
 #include "fast_path.hpp"
 
@@ -295,7 +296,7 @@ bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
                                                  static_cast<int>(tokens), 0, end_bit, side.stream));
   BMT_CUDA_CHECK(cudaEventRecord(side.sorted, side.stream));
 
-  BMT_CUDA_CHECK(cudaMemsetAsync(grad_weight.data(), 0, grad_weight.nbytes(), stream()));
+  memory::set_zero(grad_weight.data(), grad_weight.nbytes());  // on the compute stream
   BMT_CUDA_CHECK(cudaStreamWaitEvent(stream(), side.sorted, 0));
   BMT_DISPATCH_FLOAT(grad_out.dtype(), "embedding_backward", G, {
     BMT_DISPATCH_FLOAT(grad_weight.dtype(), "embedding_backward", W, {
