@@ -212,8 +212,15 @@ __device__ __forceinline__ float warp_reduce(float v) {
 // Rows are handled by teams of blockDim.x threads (a multiple of 32); a block holds blockDim.y
 // teams. The reduction over a team: warp butterflies, then (teams wider than a warp) the warps'
 // values through shared memory `buf` (32 floats per team), read back in warp order. Every thread
-// of the block must call it the same number of times.
+// of a team must call it the same number of times.
 constexpr int kMaxTeamsPerBlock = 8;
+
+// Synchronizes the threads of this thread's team only (named barrier 1 + team index; barrier 0 is
+// __syncthreads'), so a block's teams do not wait for one another in their row reductions: with
+// __syncthreads the softmax forward at 1600 wide (four teams of two warps a block) ran 3% slower.
+__device__ __forceinline__ void team_sync() {
+  asm volatile("bar.sync %0, %1;" ::"r"(threadIdx.y + 1), "r"(blockDim.x) : "memory");
+}
 
 template <class Op>
 __device__ __forceinline__ float team_reduce(float v, float* buf) {
@@ -222,10 +229,10 @@ __device__ __forceinline__ float team_reduce(float v, float* buf) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float* mine = buf + threadIdx.y * 32;
   if (lane == 0) mine[warp] = v;
-  __syncthreads();
+  team_sync();
   v = lane < warps ? mine[lane] : Op::identity();
   v = warp_reduce<Op>(v);
-  __syncthreads();  // buf is free for the next reduction
+  team_sync();  // buf is free for the next reduction
   return v;
 }
 
@@ -243,9 +250,9 @@ __device__ __forceinline__ float2 team_combine_pair(float2 v, float* buf, WarpCo
     mine[warp] = v.x;
     mine[16 + warp] = v.y;
   }
-  __syncthreads();
+  team_sync();
   v = warp_combine(lane < warps ? make_float2(mine[lane], mine[16 + lane]) : identity);
-  __syncthreads();  // buf is free for the next reduction
+  team_sync();  // buf is free for the next reduction
   return v;
 }
 

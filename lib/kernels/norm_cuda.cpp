@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
   Raw<kVec, T> next[kPacks] = {};  // kPrefetch: the team's next row
   std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
   if (kPrefetch) load_row_packs(x, base + threadIdx.y, rows, C, next);
-  // Whole blocks step together (uniform trip count), since team_reduce synchronizes the block.
+  // Whole teams step together (uniform trip count), since team_reduce synchronizes the team.
   for (; base < rows; base += stride) {
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;

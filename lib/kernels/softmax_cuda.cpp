@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   Raw<kVec, T> next[kPacks] = {};  // kPrefetch: the team's next row
   std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.y;
   if (kPrefetch) load_row_packs(x, base + threadIdx.y, rows, C, next);
-  for (; base < rows; base += stride) {  // uniform trip count: team_reduce synchronizes the block
+  for (; base < rows; base += stride) {  // uniform trip count: team_reduce synchronizes the team
     const std::int64_t r = base + threadIdx.y;
     const bool active = r < rows;
     Raw<kVec, T> row[kPacks];
