@@ -346,9 +346,11 @@ int main(int argc, char** argv) {
   g_raw = &raw;
   register_benchmarks(options);
   if (bmt::rank() == 0) {
-    std::printf("# bench_collectives: %d ranks, %s, bmt = bmt::Communicator (gather stream), %s = raw call\n",
-                bmt::world_size(), bmt::dtype_name(options.dtype), kRawName);
-    std::fflush(stdout);
+    // In the run's context (the console header, and "context" in JSON), so that JSON on stdout stays JSON.
+    benchmark::AddCustomContext("ranks", std::to_string(bmt::world_size()));
+    benchmark::AddCustomContext("dtype", bmt::dtype_name(options.dtype));
+    benchmark::AddCustomContext("compared", std::string("bmt = bmt::Communicator (gather stream), ") + kRawName +
+                                                " = raw call");
     benchmark::RunSpecifiedBenchmarks();
   } else {
     SilentReporter silent;
