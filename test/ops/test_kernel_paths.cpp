@@ -471,7 +471,10 @@ TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
   const std::int64_t V = 50;
   std::vector<std::vector<std::int64_t>> batches = {{3}, {4, 4, 1, 4, 0}, std::vector<std::int64_t>(64, 9),
                                                     std::vector<std::int64_t>(3000, 49)};
-  std::vector<std::int64_t> edges;  // ids 0..5 in runs of 32, 31, 33, 64, 1, 95
+  // ids 0..5, 32, 31, 33, 64, 1 and 95 tokens of each: once sorted, runs that fill a chunk, end
+  // one short of its end, cross it and end on the next edge, ...; the tokens shuffled, so each
+  // run's positions are out of order before the sort.
+  std::vector<std::int64_t> edges;
   for (auto [id, n] : {std::pair{0, 32}, {1, 31}, {2, 33}, {3, 64}, {4, 1}, {5, 95}})
     for (int k = 0; k < n; ++k) edges.push_back(id);
   for (std::size_t i = 0; i < edges.size(); ++i) std::swap(edges[i], edges[(i * 97) % edges.size()]);
