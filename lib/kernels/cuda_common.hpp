@@ -46,6 +46,51 @@ __host__ __device__ inline bool aligned16(const void* p) {
 
 inline void check_launch() { BMT_CUDA_CHECK(cudaGetLastError()); }
 
+// ---- programmatic dependent launch (compute capability 9.0 and up) ------------------------------
+// A second kernel that only finishes the first one's work (adding its partial sums) would start
+// only once the first has ended and the launch has gone through; launched as a dependent, its
+// blocks are placed as the first kernel's blocks leave and wait on the device instead. The first
+// kernel calls allow_dependents() (early: the dependent's blocks take no slot the first still
+// needs when the first has one block per resident slot), the dependent calls
+// wait_for_prerequisite() before it reads anything the first wrote: that waits until the first has
+// ended and its writes are visible. Both are no-ops below 9.0 and in kernels launched plainly.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+inline bool dependent_launch_supported() {
+  static const bool supported = [] {
+    int device = 0, major = 0;
+    BMT_CUDA_CHECK(cudaGetDevice(&device));
+    BMT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  }();
+  return supported;
+}
+
+// kernel<<<grid, block, shared, stream()>>>(args...), as a dependent of the kernel before it.
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream();
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch_supported() ? 1 : 0;
+  BMT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
 // ---- element conversions: widen to f32, round back once ----------------------------------------
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float(static_cast<unsigned>(x.bits) << 16); }
