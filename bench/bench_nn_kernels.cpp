@@ -15,7 +15,9 @@
 // it adds into); cross-entropy forward reads the logits (1), backward reads them and
 // writes their gradient (2); GELU forward 2, backward 3; add 3; SwiGLU forward 3, backward 5;
 // embedding forward reads and writes the looked-up rows (2 x tokens x width), backward reads the
-// output gradient and writes the whole f32 table gradient; AdamW reads gradient, moments and
+// output gradient and writes the whole f32 table gradient (EmbeddingBackward groups the ids
+// itself, EmbeddingBackwardIndexed is given the index made at the forward; EmbeddingIndex, making
+// it, counts only the ids it reads: read its time); AdamW reads gradient, moments and
 // master and writes moments, master and (bf16) parameters: 28 bytes per f32 parameter, 30 per
 // bf16. Row statistics and per-column partial sums are small and not counted.
 #include <benchmark/benchmark.h>
@@ -230,21 +232,23 @@ void BM_SwigluBackward(benchmark::State& state) {
   });
 }
 
+// Zipf-like ids: a few frequent tokens, as in text.
+Tensor zipf_ids(std::int64_t tokens, std::int64_t V) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(tokens));
+  std::uint64_t s = 7;
+  for (auto& id : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+    id = static_cast<std::int64_t>(std::pow(static_cast<double>(V), u)) - 1;
+  }
+  return Tensor::from_ints(v, {tokens}, DType::i32);
+}
+
 struct EmbeddingCase {
   Tensor ids, weight, out, grad_out, grad_weight;
   EmbeddingCase(std::int64_t tokens, std::int64_t V, std::int64_t C, DType dt)
-      : weight(random_tensor({V, C}, dt, 1)), out(Tensor::empty({tokens, C}, dt)),
-        grad_out(random_tensor({tokens, C}, dt, 2)), grad_weight(Tensor::empty({V, C}, DType::f32)) {
-    // Zipf-like ids: a few frequent tokens, as in text.
-    std::vector<std::int64_t> v(static_cast<std::size_t>(tokens));
-    std::uint64_t s = 7;
-    for (auto& id : v) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
-      id = static_cast<std::int64_t>(std::pow(static_cast<double>(V), u)) - 1;
-    }
-    ids = Tensor::from_ints(v, {tokens}, DType::i32);
-  }
+      : ids(zipf_ids(tokens, V)), weight(random_tensor({V, C}, dt, 1)), out(Tensor::empty({tokens, C}, dt)),
+        grad_out(random_tensor({tokens, C}, dt, 2)), grad_weight(Tensor::empty({V, C}, DType::f32)) {}
 };
 
 void BM_EmbeddingForward(benchmark::State& state) {
@@ -253,11 +257,29 @@ void BM_EmbeddingForward(benchmark::State& state) {
   measure(state, 2.0 * c.out.nbytes(), dtype_name(dt), [&] { kernels::embedding_forward(c.ids, c.weight, c.out); });
 }
 
+// The backward on its own: it groups the ids first.
 void BM_EmbeddingBackward(benchmark::State& state) {
   const DType dt = dtype_arg(state.range(2));
   EmbeddingCase c(state.range(0), 50257, state.range(1), dt);
   measure(state, static_cast<double>(c.grad_out.nbytes() + c.grad_weight.nbytes()), dtype_name(dt),
           [&] { kernels::embedding_backward(c.ids, c.grad_out, c.grad_weight); });
+}
+
+// The backward given the index the op made at the forward, as in a training step.
+void BM_EmbeddingBackwardIndexed(benchmark::State& state) {
+  const DType dt = dtype_arg(state.range(2));
+  EmbeddingCase c(state.range(0), 50257, state.range(1), dt);
+  const kernels::EmbeddingIndex index = kernels::embedding_index(c.ids, 50257);
+  measure(state, static_cast<double>(c.grad_out.nbytes() + c.grad_weight.nbytes()), dtype_name(dt),
+          [&] { kernels::embedding_backward(c.ids, c.grad_out, c.grad_weight, index); });
+}
+
+// Making the index (the sort; on CUDA it runs on a side stream beside the forward). Latency-bound:
+// its traffic (the ids, the pairs) is small, so read its time, not its rate.
+void BM_EmbeddingIndex(benchmark::State& state) {
+  const Tensor ids = zipf_ids(state.range(0), 50257);
+  measure(state, static_cast<double>(ids.nbytes()), "i32",
+          [&] { const kernels::EmbeddingIndex index = kernels::embedding_index(ids, 50257); });
 }
 
 // GPT-2 124M's parameter tensors (12 blocks and the embeddings), one storage each.
@@ -332,6 +354,8 @@ BENCHMARK(BM_CrossEntropyForward)->Apply(vocab_sizes);
 BENCHMARK(BM_CrossEntropyBackward)->Apply(vocab_sizes);
 BENCHMARK(BM_EmbeddingForward)->Apply(token_sizes);
 BENCHMARK(BM_EmbeddingBackward)->Apply(token_sizes);
+BENCHMARK(BM_EmbeddingBackwardIndexed)->Apply(token_sizes);
+BENCHMARK(BM_EmbeddingIndex)->Arg(kRows)->Unit(benchmark::kMicrosecond)->UseManualTime();
 BENCHMARK(BM_AdamW)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 }  // namespace

@@ -72,14 +72,27 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
   });
 }
 
-void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight) {
+EmbeddingIndex embedding_index(const Tensor& ids, std::int64_t V) {
+  const char* op = "embedding_index";
+  BMT_REQUIRE(ids.defined(), op << ": expected an ids tensor");
+  BMT_REQUIRE(ids.dtype() == DType::i32 || ids.dtype() == DType::i64,
+              op << ": expected i32 or i64 ids, found " << dtype_name(ids.dtype()));
+  BMT_REQUIRE(V > 0, op << ": expected a table of at least one row, found " << V);
+  return EmbeddingIndex(ids.numel(), V, fast::embedding_index(ids, V));
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
+                        const EmbeddingIndex& index) {
   const char* op = "embedding_backward";
   check_weight(grad_weight, "weight gradient", op);
   BMT_REQUIRE(ids.defined(), op << ": expected an ids tensor");
   const std::int64_t V = grad_weight.size(0), C = grad_weight.size(1);
   BMT_REQUIRE(grad_out.defined() && grad_out.numel() == ids.numel() * C && is_floating(grad_out.dtype()),
               op << ": expected a floating output gradient of " << ids.numel() * C << " elements");
-  if (fast::embedding_backward(ids, grad_out, grad_weight)) return;
+  BMT_REQUIRE(!index.defined() || (index.tokens() == ids.numel() && index.vocabulary() == V),
+              op << ": expected an index of " << ids.numel() << " ids into " << V << " rows, found one of "
+                 << index.tokens() << " ids into " << index.vocabulary() << " rows");
+  if (fast::embedding_backward(ids, grad_out, grad_weight, index.state())) return;
   const bool direct = grad_weight.dtype() == DType::f32;
   const Tensor acc = direct ? grad_weight : Tensor::empty(grad_weight.shape(), DType::f32);
   view1<float>(acc, op);  // contiguity check

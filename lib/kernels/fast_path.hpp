@@ -10,8 +10,10 @@
 // The callers have already checked shapes and dtypes; these functions only decide whether they can
 // take the call, so both paths accept and refuse exactly the same arguments.
 #include <cstdint>
+#include <memory>
 
 #include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/embedding.hpp"
 #include "bmtrain/kernels/index_check.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
@@ -60,7 +62,11 @@ bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, 
 bool column_sums(const Tensor& x, const Tensor& out, bool accumulate);
 
 bool embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, BadIndexRecord bad);
-// Deterministic: each row of grad_weight is summed in token order, with no atomics.
-bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight);
+// The backend's part of an EmbeddingIndex; null where the backward takes none.
+std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor& ids, std::int64_t V);
+// Deterministic: each row of grad_weight is summed in token order, with no atomics. `index` may be
+// null (the backward then makes one).
+bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
+                        const EmbeddingIndex::State* index);
 
 }  // namespace bmt::kernels::fast

@@ -33,6 +33,7 @@ bool column_sums(const Tensor&, const Tensor&, bool) { return false; }
 bool sum_squares(DType, const void* const*, const std::int64_t*, int, float*) { return false; }
 bool copy(const Tensor&, const Tensor&, float, bool) { return false; }
 bool embedding_forward(const Tensor&, const Tensor&, const Tensor&, BadIndexRecord) { return false; }
-bool embedding_backward(const Tensor&, const Tensor&, const Tensor&) { return false; }
+std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor&, std::int64_t) { return nullptr; }
+bool embedding_backward(const Tensor&, const Tensor&, const Tensor&, const EmbeddingIndex::State*) { return false; }
 
 }  // namespace bmt::kernels::fast

@@ -27,6 +27,8 @@ class EmbeddingFn final : public autograd::Function {
     const kernels::IndexCheck check;
     kernels::embedding_forward(ids_, weight, out, check.record());
     check.throw_if_bad("embedding", "ids", weight.size(0));
+    // Grouping the ids for the backward now lets it run beside the rest of the forward.
+    if (is_recording()) index_ = kernels::embedding_index(ids_, weight.size(0));
     return {out};
   }
 
@@ -35,14 +37,18 @@ class EmbeddingFn final : public autograd::Function {
     Shape out_shape = ids_.shape();
     out_shape.push_back(weight_shape_[1]);
     Tensor dweight = Tensor::empty(weight_shape_, weight_dtype_);
-    kernels::embedding_backward(ids_, upstream_grad(g[0], out_shape, weight_dtype_, name()), dweight);
+    kernels::embedding_backward(ids_, upstream_grad(g[0], out_shape, weight_dtype_, name()), dweight, index_);
     return {Tensor(), dweight};
   }
 
-  void release_saved() override { ids_ = Tensor(); }
+  void release_saved() override {
+    index_ = {};
+    ids_ = Tensor();
+  }
 
  private:
   Tensor ids_;
+  kernels::EmbeddingIndex index_;
   Shape weight_shape_;
   DType weight_dtype_ = DType::f32;
 };

@@ -18,6 +18,7 @@
 #include "bmtrain/kernels/embedding.hpp"
 #include "bmtrain/kernels/norm.hpp"
 #include "bmtrain/kernels/softmax.hpp"
+#include "bmtrain/runtime/error.hpp"
 #include "gradcheck.hpp"
 #include "reference_check.hpp"
 
@@ -445,11 +446,16 @@ void check_embedding(std::int64_t V, const std::vector<std::int64_t>& ids, std::
   // Start from values that are not zero, so rows left unwritten show.
   const std::vector<float> stale(static_cast<std::size_t>(V * C), 7.0f);
   const Tensor g1 = make(stale, {V, C}, grad_dt), g2 = make(stale, {V, C}, grad_dt);
+  const Tensor g3 = make(stale, {V, C}, grad_dt);
   kernels::embedding_backward(id_t, grad_out, g1);
-  kernels::embedding_backward(id_t, grad_out, g2);
+  // Again from an index made ahead (as the op does at the forward), used twice.
+  const kernels::EmbeddingIndex index = kernels::embedding_index(id_t, V);
+  kernels::embedding_backward(id_t, grad_out, g2, index);
+  kernels::embedding_backward(id_t, grad_out, g3, index);
   // Long runs of one id sum in f32: allow its rounding.
   check(g1, ref_grad, grad_dt == DType::f32 && dt == DType::f32 ? DType::f32 : DType::bf16, what);
-  EXPECT_EQ(g1.to_host_floats(), g2.to_host_floats()) << what << ": two runs differ";
+  EXPECT_EQ(g1.to_host_floats(), g2.to_host_floats()) << what << ": with an index made ahead, the sums differ";
+  EXPECT_EQ(g1.to_host_floats(), g3.to_host_floats()) << what << ": the index used again, the sums differ";
 }
 
 TEST(KernelPaths, EmbeddingGradientIsExactAndRepeatable) {
@@ -483,6 +489,18 @@ TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
     check_embedding(V, ids, 40, DType::bf16, DType::f32, DType::i32, seed);
     check_embedding(V, ids, 37, DType::bf16, DType::bf16, DType::i64, seed);  // rows of 74 bytes
   }
+}
+
+TEST(KernelPaths, EmbeddingIndexMustMatchTheIds) {
+  const Tensor ids = Tensor::from_ints({1, 2, 1}, {3}, DType::i32);
+  const Tensor grad_out = Tensor::zeros({3, 4}), grad_weight = Tensor::zeros({5, 4});
+  EXPECT_THROW(kernels::embedding_backward(ids, grad_out, grad_weight,
+                                           kernels::embedding_index(Tensor::from_ints({1, 2}, {2}, DType::i32), 5)),
+               Error);
+  EXPECT_THROW(kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(ids, 6)), Error);
+  EXPECT_THROW(kernels::embedding_index(Tensor::zeros({3}), 5), Error);
+  EXPECT_THROW(kernels::embedding_index(ids, 0), Error);
+  kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(ids, 5));
 }
 
 }  // namespace
