@@ -38,8 +38,8 @@ struct EmbeddingIndex::State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   // The memory (the ids' too) goes back to the compute stream's pool, whose next user must not run
-  // before the side stream is done with it. (No error is raised from here: an error in the stream shows at
-  // its next synchronization.)
+  // before the side stream is done with it. (No error is raised from here: an error in the stream
+  // shows at its next synchronization.)
   ~State() {
     if (is_initialized()) cudaStreamWaitEvent(context().compute_stream().native(), ready, 0);
     cudaEventDestroy(ready);

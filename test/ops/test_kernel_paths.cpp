@@ -5,6 +5,7 @@
 // wide for registers (the portable kernels), a vocabulary row that starts anywhere (50257), and the
 // deterministic embedding gradient (bitwise equal on a second run). On the host build the same
 // checks hold for the portable kernels.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -492,15 +493,27 @@ TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
 }
 
 TEST(KernelPaths, EmbeddingIndexMustMatchTheIds) {
+  using ::testing::HasSubstr;
+  using ::testing::ThrowsMessage;
   const Tensor ids = Tensor::from_ints({1, 2, 1}, {3}, DType::i32);
-  const Tensor grad_out = Tensor::zeros({3, 4}), grad_weight = Tensor::zeros({5, 4});
-  EXPECT_THROW(kernels::embedding_backward(ids, grad_out, grad_weight,
-                                           kernels::embedding_index(Tensor::from_ints({1, 2}, {2}, DType::i32), 5)),
-               Error);
-  EXPECT_THROW(kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(ids, 6)), Error);
-  EXPECT_THROW(kernels::embedding_index(Tensor::zeros({3}), 5), Error);
-  EXPECT_THROW(kernels::embedding_index(ids, 0), Error);
+  const Tensor grad_out = ones({3, 4}), grad_weight = full({5, 4}, 7.0f);
+  const Tensor two_ids = Tensor::from_ints({1, 2}, {2}, DType::i32);
+  EXPECT_THAT([&] { kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(two_ids, 5)); },
+              ThrowsMessage<Error>(HasSubstr("expected an index of 3 ids into 5 rows, found one of 2 ids into 5 rows")));
+  EXPECT_THAT([&] { kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(ids, 6)); },
+              ThrowsMessage<Error>(HasSubstr("found one of 3 ids into 6 rows")));
+  EXPECT_THAT([] { kernels::embedding_index(Tensor::zeros({3}), 5); },
+              ThrowsMessage<Error>(HasSubstr("expected i32 or i64 ids, found f32")));
+  EXPECT_THAT([&] { kernels::embedding_index(ids, 0); },
+              ThrowsMessage<Error>(HasSubstr("expected a table of at least one row, found 0")));
+  // A matching index is taken: id 1 twice, id 2 once, every other row zero.
   kernels::embedding_backward(ids, grad_out, grad_weight, kernels::embedding_index(ids, 5));
+  std::vector<float> want(20, 0.0f);
+  for (int c = 0; c < 4; ++c) {
+    want[4 + c] = 2.0f;
+    want[8 + c] = 1.0f;
+  }
+  EXPECT_EQ(grad_weight.to_host_floats(), want);
 }
 
 }  // namespace
