@@ -4,19 +4,18 @@
 //
 // Backward is deterministic, with no float atomics. It needs the token positions grouped by id: an
 // EmbeddingIndex, a stable radix sort of (id, position) pairs (each id's positions stay in token
-// order) queued on a side stream of higher priority. The op makes the index at the forward, so the
-// sort's small, latency-bound kernels run beside the forward's work; a backward given none makes
-// it first, and its sort then runs beside the zeroing below. Most of the backward's traffic is
-// writing the whole table gradient, mostly zeros: the compute stream zeroes the table, then
-// writes the looked-up rows. The sorted list is cut into segments, at every change of id and at
-// every kSegment-th entry, and a warp per slice of a segment's rows adds them in order in f32
-// registers. A run of one id that lies in one segment is written to its table row; a longer run's
-// segments go to scratch rows, which a last kernel adds in order into the table row. Every segment
-// has at most kSegment rows, so a frequent token is summed by many warps, and every sum's order
-// depends on the ids alone: the result is the same on every run.
+// order) and each id's run of entries in the sorted list, queued on a side stream of higher
+// priority. The op makes the index at the forward, so the sort's small, latency-bound kernels run
+// beside the forward's work; a backward given none makes it first. Most of the backward's traffic
+// is writing the whole table gradient, mostly zeros, so one kernel writes every table row once: a
+// warp per slice of a row writes zeros where no token looked the id up, and otherwise the sum of
+// the id's rows of grad_out, added in order in f32 registers. The sorted list is cut into chunks of
+// kSegment entries; a run that crosses a chunk's end is summed per chunk into scratch rows by the
+// same kernel, and a last kernel adds those in order into the table row. So a frequent token is
+// summed by many warps, and every sum's order depends on the ids alone: the result is the same on
+// every run.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "bmtrain/tensor/memory.hpp"
 #include "cuda_common.hpp"
 #include "fast_path.hpp"
 
@@ -28,11 +27,16 @@ struct EmbeddingIndex::State {
   std::int64_t tokens, V;
   Tensor ids;    // held until the side stream has read them
   Tensor pairs;  // [4, tokens] i32: keys as read, keys sorted, positions as read, positions sorted
+  Tensor runs;   // [V, 2] i32: id v's entries in the sorted list are runs[v][0] .. runs[v][1] - 1
   Tensor temp;   // the sort's
   cudaEvent_t ready = nullptr;
 
   State(const Tensor& ids, std::int64_t V)
-      : tokens(ids.numel()), V(V), ids(ids), pairs(Tensor::empty({4, tokens}, DType::i32)) {
+      : tokens(ids.numel()),
+        V(V),
+        ids(ids),
+        pairs(Tensor::empty({4, tokens}, DType::i32)),
+        runs(Tensor::empty({V, 2}, DType::i32)) {
     BMT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
   }
   State(const State&) = delete;
@@ -47,6 +51,7 @@ struct EmbeddingIndex::State {
 
   std::int32_t* sorted_keys() const { return pairs.data_as<std::int32_t>() + tokens; }
   std::int32_t* sorted_positions() const { return pairs.data_as<std::int32_t>() + 3 * tokens; }
+  int2* id_runs() const { return static_cast<int2*>(runs.data()); }
 };
 
 }  // namespace bmt::kernels
@@ -92,11 +97,24 @@ __global__ void sort_input_kernel(const I* __restrict__ ids, std::int32_t* __res
   }
 }
 
+// runs[v] = {first, end} of id v's entries in the sorted list; ids no token looked up keep the
+// {0, 0} they were set to.
+__global__ void run_bounds_kernel(const std::int32_t* __restrict__ keys, int2* __restrict__ runs,
+                                  std::int64_t tokens, std::int64_t V) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int32_t key = keys[i];
+    if (key >= V) continue;
+    if (i == 0 || keys[i - 1] != key) runs[key].x = static_cast<std::int32_t>(i);
+    if (i == tokens - 1 || keys[i + 1] != key) runs[key].y = static_cast<std::int32_t>(i + 1);
+  }
+}
+
 constexpr int kSegment = 32;  // sorted entries per chunk; a segment never crosses a chunk's end
 constexpr int kWarpsPerBlock = 8;
-// Packs of a row a lane adds per segment: a row's slices of 32 * kPacksPerLane packs go to different
-// warps. 2 against 4 (one or two slices a row for bf16 at 768 and 1600 wide): 75 -> 72 us and
-// 135 -> 129 us for the backward given its index.
+// Packs of a row a lane writes per warp item: a row's slices of 32 * kPacksPerLane packs go to
+// different warps. 2 against 4 (bf16 grad_out, f32 table, given the index): 67 against 70 us at
+// 768 wide, 122 against 123 at 1600.
 constexpr int kPacksPerLane = 2;
 
 // acc[k] = sum of packs p0 + lane + 32 k (k < K) of the grad_out rows at the segment's n
@@ -144,41 +162,79 @@ __host__ __device__ std::int64_t row_slices(std::int64_t per_row) {
   return (per_row + 32 * K - 1) / (32 * K);
 }
 
-// A warp per (sorted entry i, slice of the row) where entry i starts a segment (its id differs from
-// entry i - 1's, or i begins a chunk of kSegment entries) adds that slice of the segment's rows.
-// The sum goes to the id's table row when the segment is its run's only one; otherwise to scratch
-// row 2c + 1 for the run's first segment (in chunk c) or 2c for a later one (beginning chunk c).
+// Whether a run of sorted entries first .. end - 1 crosses the end of a chunk.
+__device__ __forceinline__ bool crosses_chunks(int2 run) { return run.x / kSegment != (run.y - 1) / kSegment; }
+
+// dst's slice p0 = the sum of the segment's n rows of grad_out; lane q holds the segment's q-th
+// position.
+template <class G, class D, int N, int K>
+__device__ __forceinline__ void sum_segment(D* __restrict__ dst, const G* __restrict__ grad_out,
+                                            std::int32_t position, int n, std::int64_t p0, std::int64_t per_row,
+                                            std::int64_t C, int lane) {
+  float acc[K][N];
+  add_segment_rows<G, N, K>(acc, grad_out, position, n, p0, per_row, C, lane);
+  store_packs<D, N, K>(dst, acc, p0, per_row, lane);
+}
+
+// Warp items are (table row v, slice of the row), then (chunk c, slice). Row v's slice gets zeros
+// when no token looked v up, the sum of v's rows of grad_out when its run of sorted entries lies in
+// one chunk, and nothing when the run crosses a chunk's end (embedding_runs_kernel writes it then).
+// Chunk c's slice takes the segments of such runs inside the chunk: the one that began before the
+// chunk (to scratch row 2c) and the one that begins in it and goes on past its end (row 2c + 1).
+// A warp's items form a pipeline: while it adds an item's rows it holds the next item's positions
+// and loads the run of the one after, so a looked-up row waits for one load, not three in a row.
 template <class G, class W, int N, int K>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    embedding_segments_kernel(const G* __restrict__ grad_out, const std::int32_t* __restrict__ keys,
-                              const std::int32_t* __restrict__ positions, std::int64_t tokens,
-                              W* __restrict__ grad_weight, float* __restrict__ scratch, std::int64_t V,
-                              std::int64_t C) {
+    embedding_table_kernel(const G* __restrict__ grad_out, const std::int32_t* __restrict__ keys,
+                           const std::int32_t* __restrict__ positions, const int2* __restrict__ runs,
+                           std::int64_t tokens, W* __restrict__ grad_weight, float* __restrict__ scratch,
+                           std::int64_t V, std::int64_t C) {
   static_assert(kSegment == 32, "a segment's positions are held one a lane");
   const int lane = threadIdx.x & 31;
   const std::int64_t per_row = C / N, slices = row_slices<K>(per_row);
+  const std::int64_t chunks = (tokens + kSegment - 1) / kSegment, items = (V + chunks) * slices;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (std::int64_t w = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-       w < tokens * slices; w += warps) {
-    const std::int64_t i = w / slices, p0 = (w - i * slices) * 32 * K;
-    const std::int32_t key = keys[i];
-    const bool head = i == 0 || keys[i - 1] != key;
-    if (key >= V || !(head || i % kSegment == 0)) continue;  // out-of-range ids have no row
-    const std::int64_t chunk = i / kSegment;
-    const std::int64_t chunk_end = (chunk + 1) * kSegment < tokens ? (chunk + 1) * kSegment : tokens;
-    // The segment ends at the first entry of another id, or at its chunk's end.
-    const std::int64_t j = i + lane;
-    const unsigned other = __ballot_sync(0xffffffffu, j >= chunk_end || keys[j] != key);
-    const int n = other ? __ffs(other) - 1 : 32;
-    const std::int32_t position = lane < n ? positions[j] : 0;
-    const bool run_goes_on = i + n == chunk_end && chunk_end < tokens && keys[chunk_end] == key;
-    float* partial = head ? (run_goes_on ? scratch + (2 * chunk + 1) * C : nullptr) : scratch + 2 * chunk * C;
-    float acc[K][N];
-    add_segment_rows<G, N, K>(acc, grad_out, position, n, p0, per_row, C, lane);
-    if (partial)
-      store_packs<float, N, K>(partial, acc, p0, per_row, lane);
-    else
-      store_packs<W, N, K>(grad_weight + static_cast<std::int64_t>(key) * C, acc, p0, per_row, lane);
+  // The run of item w's table row ({0, 0} past the rows); the lane's position in a run the item sums.
+  auto run_of = [&](std::int64_t w) { return w < V * slices ? runs[w / slices] : int2{0, 0}; };
+  auto position_in = [&](int2 run) {
+    const int n = run.y - run.x;
+    return lane < n && !crosses_chunks(run) ? positions[run.x + lane] : 0;
+  };
+  std::int64_t w = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  int2 next = run_of(w);
+  std::int32_t next_position = position_in(next);
+  int2 after = run_of(w + warps);
+  for (; w < items; w += warps) {
+    const int2 run = next;
+    const std::int32_t position = next_position;
+    next = after;
+    next_position = position_in(next);
+    after = run_of(w + 2 * warps);
+    const std::int64_t item = w / slices, p0 = (w - item * slices) * 32 * K;
+    if (item < V) {
+      const int n = run.y - run.x;
+      if (n > 0 && crosses_chunks(run)) continue;
+      sum_segment<G, W, N, K>(grad_weight + item * C, grad_out, position, n, p0, per_row, C, lane);
+      continue;
+    }
+    const std::int64_t c = item - V, first = c * kSegment;
+    const std::int64_t chunk_end = first + kSegment < tokens ? first + kSegment : tokens;
+    const std::int32_t head_key = keys[first], tail_key = keys[chunk_end - 1];
+    const bool from_before = first > 0 && head_key < V && keys[first - 1] == head_key;
+    const bool goes_on = chunk_end < tokens && tail_key < V && keys[chunk_end] == tail_key;
+    const std::int64_t j = first + lane;
+    if (from_before) {
+      const unsigned other = __ballot_sync(0xffffffffu, j >= chunk_end || keys[j] != head_key);
+      const int n = other ? __ffs(other) - 1 : kSegment;
+      sum_segment<G, float, N, K>(scratch + 2 * c * C, grad_out, lane < n ? positions[j] : 0, n, p0, per_row, C,
+                                  lane);
+    }
+    if (goes_on && !(from_before && head_key == tail_key)) {
+      const unsigned same = __ballot_sync(0xffffffffu, j < chunk_end && keys[j] == tail_key);
+      const int start = __ffs(same) - 1, n = static_cast<int>(chunk_end - first) - start;
+      sum_segment<G, float, N, K>(scratch + (2 * c + 1) * C, grad_out, lane < n ? positions[j + start] : 0, n, p0,
+                                  per_row, C, lane);
+    }
   }
 }
 
@@ -236,19 +292,23 @@ int warp_blocks(std::int64_t warps) {
   return static_cast<int>(std::clamp<std::int64_t>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, 1 << 20));
 }
 
-// The rows of grad_weight from the index's sorted pairs, on the compute stream: the segments'
-// sums, then the runs across chunks.
+// Every row of grad_weight from the index, on the compute stream: the table's rows and the chunks'
+// segments of runs that cross chunks, then those runs' sums.
 template <class G, class W, int N>
 void sums_launch(const Tensor& grad_out, const EmbeddingIndex::State& index, const Tensor& grad_weight,
                  const Tensor& scratch, std::int64_t C) {
   const std::int64_t tokens = index.tokens, V = index.V;
   W* gw = static_cast<W*>(grad_weight.data());
   constexpr int K = kPacksPerLane;
-  embedding_segments_kernel<G, W, N, K><<<warp_blocks(tokens * row_slices<K>(C / N)), 32 * kWarpsPerBlock, 0, stream()>>>(
-      static_cast<const G*>(grad_out.data()), index.sorted_keys(), index.sorted_positions(), tokens, gw,
-      scratch.data_as<float>(), V, C);
+  const std::int64_t chunks = (tokens + kSegment - 1) / kSegment;
+  auto table = embedding_table_kernel<G, W, N, K>;
+  const int blocks = std::min(warp_blocks((V + chunks) * row_slices<K>(C / N)),
+                              resident_blocks(table, 32 * kWarpsPerBlock, 0));
+  table<<<blocks, 32 * kWarpsPerBlock, 0, stream()>>>(static_cast<const G*>(grad_out.data()), index.sorted_keys(),
+                                                      index.sorted_positions(), index.id_runs(), tokens, gw,
+                                                      scratch.data_as<float>(), V, C);
   check_launch();
-  const std::int64_t chunks = (tokens + kSegment - 1) / kSegment, slices = (C / N + 31) / 32;
+  const std::int64_t slices = (C / N + 31) / 32;
   embedding_runs_kernel<W, N><<<warp_blocks(chunks * slices), 32 * kWarpsPerBlock, 0, stream()>>>(
       index.sorted_keys(), tokens, scratch.data_as<float>(), gw, V, C);
   check_launch();
@@ -257,7 +317,10 @@ void sums_launch(const Tensor& grad_out, const EmbeddingIndex::State& index, con
 template <class G, class W>
 void sums_typed(const Tensor& grad_out, const EmbeddingIndex::State& index, const Tensor& grad_weight,
                 const Tensor& scratch, std::int64_t C) {
-  constexpr int N = static_cast<int>(16 / (sizeof(G) < sizeof(W) ? sizeof(G) : sizeof(W)));
+  // A lane's pack is 16 bytes of the table gradient, so that a warp's stores fill whole sectors
+  // (with 16-byte packs of a bf16 grad_out, an f32 table's lanes stored 32 bytes apart, each
+  // store half a sector, and the L2 ran at twice the DRAM's rate).
+  constexpr int N = static_cast<int>(16 / sizeof(W));
   const bool vector = C % N == 0 && aligned(grad_out.data(), pack_align<N, G>()) &&
                       aligned(grad_weight.data(), pack_align<N, W>()) &&
                       aligned(scratch.data(), pack_align<N, float>());
@@ -340,6 +403,10 @@ std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor& ids, 
   BMT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(index->temp.data(), temp_bytes, keys_in, index->sorted_keys(),
                                                  pos_in, index->sorted_positions(), static_cast<int>(tokens), 0,
                                                  end_bit, side.stream));
+  BMT_CUDA_CHECK(cudaMemsetAsync(index->runs.data(), 0, index->runs.nbytes(), side.stream));
+  run_bounds_kernel<<<grid_for(tokens, 256), 256, 0, side.stream>>>(index->sorted_keys(), index->id_runs(), tokens,
+                                                                    V);
+  check_launch();
   BMT_CUDA_CHECK(cudaEventRecord(index->ready, side.stream));
   return index;
 }
@@ -357,9 +424,6 @@ bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
   }
   const std::int64_t chunks = (tokens + kSegment - 1) / kSegment;
   Tensor scratch = Tensor::empty({2 * chunks, C}, DType::f32);
-  // The table is zeroed while the index may still be sorting (when it was made just now), and then
-  // its looked-up rows are written.
-  memory::set_zero(grad_weight.data(), grad_weight.nbytes());
   BMT_CUDA_CHECK(cudaStreamWaitEvent(stream(), index->ready, 0));
   BMT_DISPATCH_FLOAT(grad_out.dtype(), "embedding_backward", G, {
     BMT_DISPATCH_FLOAT(grad_weight.dtype(), "embedding_backward", W, {

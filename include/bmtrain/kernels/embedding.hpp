@@ -16,7 +16,8 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
 
 // The positions of each id in `ids`, made ahead of the backward so that it need not group them
 // itself. On the CUDA build (contiguous ids) this queues a stable radix sort of (id, position) pairs
-// on a side stream of higher priority than the compute stream: made at the forward, it runs beside
+// and a table of each id's place in the sorted list (8 bytes a row of the table) on a side stream
+// of higher priority than the compute stream: made at the forward, it runs beside
 // the forward's kernels instead of before the backward's. Elsewhere it holds only the shape it was
 // made for (the portable backward adds with atomics and needs no grouping). Read-only once made: any
 // number of backward calls over the same ids may use it. It holds the ids while it exists, and
