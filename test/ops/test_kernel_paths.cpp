@@ -492,6 +492,17 @@ TEST(KernelPaths, EmbeddingGradientOfRunsAtChunkEdges) {
   }
 }
 
+// A GPT-2-sized vocabulary: far more (row, slice) items than warps, so each warp walks many rows
+// in turn (the CUDA kernel loads its next rows' places while it sums this one), most rows no token
+// looked up, a few looked up often.
+TEST(KernelPaths, EmbeddingGradientOfALargeVocabulary) {
+  std::uint32_t seed = 900;
+  const std::int64_t V = 50257, tokens = 3000;
+  std::vector<std::int64_t> ids(tokens);
+  for (std::int64_t i = 0; i < tokens; ++i) ids[i] = i % 5 == 0 ? 50256 : i % 7 == 0 ? 11 : (i * 7919 + 13) % V;
+  check_embedding(V, ids, 64, DType::bf16, DType::f32, DType::i32, seed);
+}
+
 TEST(KernelPaths, EmbeddingIndexMustMatchTheIds) {
   using ::testing::HasSubstr;
   using ::testing::ThrowsMessage;
