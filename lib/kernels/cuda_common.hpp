@@ -361,19 +361,24 @@ inline RowGeometry row_geometry(std::int64_t packs, int packs_per_thread) {
   return g;
 }
 
-// A team's share of row r of a [rows, C] tensor as loaded: thread t takes packs t, t + blockDim.x,
-// ... (nothing past the last row). Row kernels call it for the team's next row before reducing
-// this one, so that two rows' loads are in flight through the reductions' barriers.
+// A team's share of the C elements at `row` as loaded: thread t takes packs t, t + blockDim.x, ...
 template <int kVec, int kPacks, class T>
-__device__ __forceinline__ void load_row_packs(const T* __restrict__ base, std::int64_t r, std::int64_t rows, int C,
-                                               Raw<kVec, T> (&into)[kPacks]) {
-  if (r >= rows) return;
+__device__ __forceinline__ void load_team_packs(const T* __restrict__ row, int C, Raw<kVec, T> (&into)[kPacks]) {
   const int packs = C / kVec;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     const int p = threadIdx.x + k * blockDim.x;
-    if (p < packs) load_raw(base + r * C + p * kVec, into[k]);
+    if (p < packs) load_raw(row + p * kVec, into[k]);
   }
+}
+
+// A team's share of row r of a [rows, C] tensor as loaded (nothing past the last row). Row kernels
+// call it for the team's next row before reducing this one, so that two rows' loads are in flight
+// through the reductions' barriers.
+template <int kVec, int kPacks, class T>
+__device__ __forceinline__ void load_row_packs(const T* __restrict__ base, std::int64_t r, std::int64_t rows, int C,
+                                               Raw<kVec, T> (&into)[kPacks]) {
+  if (r < rows) load_team_packs(base + r * C, C, into);
 }
 
 // row = the team's packs of row r. With kPrefetch they were loaded into `next` on the previous
