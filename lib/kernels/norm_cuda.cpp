@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
     norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
                         float* __restrict__ mean, float* __restrict__ rstd, std::int64_t rows, int C, float eps) {
   constexpr bool kPrefetch = kVec > 1;
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float team_scratch[kMaxTeamsPerBlock * kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
   const int packs = C / kVec;
   const float inv_c = 1.0f / static_cast<float>(C);
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
       }
     }
     float mu = 0.0f;
-    if (kCentered) mu = team_reduce<SumOp>(sum, buf) * inv_c;
+    if (kCentered) mu = team_reduce<SumOp>(sum, scratch) * inv_c;
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kV
         }
       }
     }
-    const float rs = 1.0f / sqrtf(team_reduce<SumOp>(sq, buf) * inv_c + eps);
+    const float rs = 1.0f / sqrtf(team_reduce<SumOp>(sq, scratch) * inv_c + eps);
     if (!active) continue;
     T* yr = y + r * C;
 #pragma unroll
@@ -125,7 +126,8 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
                          float* __restrict__ part_w, float* __restrict__ part_b, std::int64_t rows, int C,
                          bool add_dx) {
   allow_dependents();  // the column sums' pass
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float team_scratch[kMaxTeamsPerBlock * kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
   extern __shared__ float columns[];  // [2][C] when a block holds several teams
   const int packs = C / kVec;
   const float inv_c = 1.0f / static_cast<float>(C);
@@ -225,11 +227,11 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     }
     float mean_g = 0.0f, mean_gx = 0.0f;
     if constexpr (kCentered) {
-      const float2 sums = team_sum2(sum_g, sum_gx, buf);  // one barrier round for both
+      const float2 sums = team_sum2(sum_g, sum_gx, scratch);  // one barrier round for both
       mean_g = sums.x * inv_c;
       mean_gx = sums.y * inv_c;
     } else {
-      mean_gx = team_reduce<SumOp>(sum_gx, buf) * inv_c;
+      mean_gx = team_reduce<SumOp>(sum_gx, scratch) * inv_c;
     }
     if (!active) continue;
     // dx = rs * g + (x - mean) * k_x + k_0, the row's constants taken out of the element loop: three

@@ -64,8 +64,9 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_cons
     load<1>(p + j, v);
     acc += v[0] * v[0];
   }
-  __shared__ float buf[32];
-  acc = team_reduce<SumOp>(acc, buf);  // the block is one team
+  __shared__ float team_scratch[kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
+  acc = team_reduce<SumOp>(acc, scratch);  // the block is one team
   if (threadIdx.x == 0) partial[b] = acc;
 }
 
@@ -74,8 +75,9 @@ __global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const float
                                                                    float* result) {
   float acc = 0.0f;
   for (std::int64_t j = threadIdx.x; j < n; j += kFinalThreads) acc += partial[j];
-  __shared__ float buf[32];
-  acc = team_reduce<SumOp>(acc, buf);
+  __shared__ float team_scratch[kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
+  acc = team_reduce<SumOp>(acc, scratch);
   if (threadIdx.x == 0) *result = acc;
 }
 

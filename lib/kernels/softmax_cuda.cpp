@@ -19,7 +19,8 @@ template <class T, int kVec, int kPacks>
 __global__ void __launch_bounds__(kMaxTeamThreads)
     softmax_forward_kernel(const T* __restrict__ x, T* __restrict__ y, std::int64_t rows, int C) {
   constexpr bool kPrefetch = kVec > 1;
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float team_scratch[kMaxTeamsPerBlock * kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
   const int packs = C / kVec;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
   Raw<kVec, T> next[kPacks] = {};  // kPrefetch: the team's next row
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
         for (int j = 0; j < kVec; ++j) m = MaxOp::apply(m, v[k][j]);
       }
     }
-    m = team_reduce<MaxOp>(m, buf);
+    m = team_reduce<MaxOp>(m, scratch);
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
         }
       }
     }
-    const float inv = 1.0f / team_reduce<SumOp>(sum, buf);
+    const float inv = 1.0f / team_reduce<SumOp>(sum, scratch);
     if (!active) continue;
     T* yr = y + r * C;
 #pragma unroll
@@ -74,7 +75,8 @@ __global__ void __launch_bounds__(kMaxTeamThreads) softmax_backward_kernel(const
                                                                            T* __restrict__ dx, std::int64_t rows,
                                                                            int C) {
   constexpr bool kPrefetch = kVec > 1;
-  __shared__ float buf[kMaxTeamsPerBlock * 32];
+  __shared__ float team_scratch[kMaxTeamsPerBlock * kTeamScratchFloats];
+  TeamScratch scratch(team_scratch);
   const int packs = C / kVec;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
   Raw<kVec, T> next_y[kPacks] = {}, next_dy[kPacks] = {};  // kPrefetch: the team's next row
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(kMaxTeamThreads) softmax_backward_kernel(const
         for (int j = 0; j < kVec; ++j) dot += gv[k][j] * yv[k][j];
       }
     }
-    dot = team_reduce<SumOp>(dot, buf);
+    dot = team_reduce<SumOp>(dot, scratch);
     if (!active) continue;
     T* dxr = dx + r * C;
 #pragma unroll
