@@ -305,7 +305,7 @@ __device__ __forceinline__ float team_reduce(float v, TeamScratch& scratch) {
 }
 
 // A pair of values combined over a team in one round through shared memory (two team_reduce
-// calls take two, each with its barriers): `warp_combine` combines a pair over a warp's lanes, each
+// calls take two rounds, each with its barrier): `warp_combine` combines a pair over a warp's lanes, each
 // warp's lane 0 stores its pair, and every warp combines the team's pairs, in warp order, padded
 // with `identity`. A team has at most 16 warps, so both values fit in one half of its scratch.
 template <class WarpCombine>
