@@ -19,7 +19,9 @@
 # KEEP_BLOCKS=N runs bmt-train with --keep-blocks N (its last N blocks keep their activations
 # instead of recomputing them; more memory), and the header says so.
 # OUT=DIR keeps the raw records of every round there (fsdp2.R.json, bmt.R.jsonl, *.smi, *.log);
-# the last line names where they are.
+# without it they stay in a fresh temporary directory. The last line names where they are. Raw
+# records do not go into the repository: bench/RESULTS.md holds the table (bench/results/ is
+# ignored, for records kept next to a checkout).
 # GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
 # timed on first use; PyTorch keeps cuBLAS's heuristic choice), and the header says so.
 set -euo pipefail
@@ -77,7 +79,7 @@ done
 
 python3 "$here/side_by_side_table.py" "$out" "$gpus" "$warmup" "$rounds"
 # The raw records (each round's JSON, --metrics lines, nvidia-smi samples and logs) go to OUT when
-# it is set, for bench/RESULTS.md; otherwise they stay where they were written.
+# it is set; otherwise they stay where they were written.
 dest=$out
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$out"/* "$OUT/" && dest=$OUT; fi
 echo "raw records: $dest"
