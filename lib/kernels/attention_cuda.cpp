@@ -336,10 +336,9 @@ __device__ inline bool hidden(int key, int query, const Problem& p) {
 
 // The kernels mask only tiles that cross the diagonal or an end, in a pass of its own under a
 // branch the warp takes as one. Tested element by element inside the softmax's loop, the tile's
-// "partial" flag became a predicate on every element, so every tile paid for the mask's integer
-// arithmetic (at GPT-2 XL's shape the wgmma dK/dV ran 41% more instructions, dQ 32% more; with
-// the pass the wgmma forward went from 242 to 279 TFLOP/s, the backward from 231 to 252, and the
-// mma.sync kernels at a 128-wide head from 153 to 164 and 152 to 158).
+// "partial" flag becomes a predicate on every element, so every tile would pay for the mask's
+// integer arithmetic (bench_attention shows the pass faster, forward and backward, wgmma and
+// mma.sync).
 
 // Sets to `value` the elements of a warp's 16 M x N tile (queries from w0, keys from key0) that the
 // mask hides or that lie past the last key.
@@ -490,8 +489,8 @@ template <class E>
 __device__ inline void copy_tile_swizzled_async(unsigned char* tile, const E* base, long long st, int row0,
                                                 int rows) {
   const int chunk = threadIdx.x % 8, r0 = threadIdx.x / 8;  // 128 threads: 16 rows of 8 chunks per pass
-  // One 64-bit multiply a call, each pass 16 rows further: a multiply per pass, under the select
-  // below, was not strength-reduced, and these copies run for every tile.
+  // One 64-bit multiply a call, each pass 16 rows further: the compiler does not strength-reduce a
+  // multiply per pass under the select below, and these copies run for every tile.
   const E* src = base + static_cast<long long>(row0 + r0) * st + chunk * 8;
   const long long pass_stride = 16 * st;
 #pragma unroll
@@ -1097,10 +1096,10 @@ cudaStream_t compute_stream() { return context().compute_stream().native(); }
 
 // How each kernel tiles its work, per head dimension: each warp owns `m` m-tiles (16 m rows) of
 // its own side, and the block walks over `n`-row tiles of the other side; keep_kv keeps the dK/dV
-// kernel's K and V fragments in registers. Measured on an H200 (bench_attention, bf16, causal,
-// T = 1024, D = 64): the forward gains 6% from two m-tiles per warp; the backward kernels lose
-// 1-4% with two m-tiles (32-query walks) or with 32- or 128-row walks, as their four accumulator
-// tiles then crowd the registers.
+// kernel's K and V fragments in registers. bench_attention (bf16, causal, T = 1024, D = 64) shows
+// the forward faster with two m-tiles per warp, and the backward kernels slower with two m-tiles
+// (32-query walks) or with 32- or 128-row walks, as their four accumulator tiles then crowd the
+// registers.
 struct Tile {
   int m, n;
 };
@@ -1109,7 +1108,7 @@ struct Tiling;
 template <>
 struct Tiling<64> {
   static constexpr Tile forward{2, 64}, dq{1, 64}, dkdv{1, 64};
-  static constexpr bool keep_kv = true;  // 2.5% on the backward; the dQ kernel gains nothing from it
+  static constexpr bool keep_kv = true;  // faster dK/dV in bench_attention; dQ gains nothing from it
 };
 template <>
 struct Tiling<128> {

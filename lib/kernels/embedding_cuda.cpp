@@ -113,8 +113,8 @@ __global__ void run_bounds_kernel(const std::int32_t* __restrict__ keys, int2* _
 constexpr int kSegment = 32;  // sorted entries per chunk; a segment never crosses a chunk's end
 constexpr int kWarpsPerBlock = 8;
 // Packs of a row a lane writes per warp item: a row's slices of 32 * kPacksPerLane packs go to
-// different warps. 2 against 4 (bf16 grad_out, f32 table, given the index): 67 against 70 us at
-// 768 wide, 122 against 123 at 1600.
+// different warps. bench_nn_kernels' EmbeddingBackwardIndexed shows 2 ahead of 4 at 768 wide and
+// even at 1600, and 1 behind both.
 constexpr int kPacksPerLane = 2;
 
 // acc[k] = sum of packs p0 + lane + 32 k (k < K) of the grad_out rows at the segment's n
@@ -318,8 +318,8 @@ template <class G, class W>
 void sums_typed(const Tensor& grad_out, const EmbeddingIndex::State& index, const Tensor& grad_weight,
                 const Tensor& scratch, std::int64_t C) {
   // A lane's pack is 16 bytes of the table gradient, so that a warp's stores fill whole sectors
-  // (with 16-byte packs of a bf16 grad_out, an f32 table's lanes stored 32 bytes apart, each
-  // store half a sector, and the L2 ran at twice the DRAM's rate).
+  // (with 16-byte packs of a bf16 grad_out, an f32 table's lanes would store 32 bytes apart, each
+  // store half a sector, keeping the L2 busier than the DRAM).
   constexpr int N = static_cast<int>(16 / sizeof(W));
   const bool vector = C % N == 0 && aligned(grad_out.data(), pack_align<N, G>()) &&
                       aligned(grad_weight.data(), pack_align<N, W>()) &&

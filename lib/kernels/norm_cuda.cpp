@@ -34,9 +34,9 @@ constexpr int norm_forward_min_blocks() {
 
 // A block per resident slot walks its rows `stride` apart. With 16-byte packs each thread starts
 // loading its packs of the team's next row before reducing this one, so that two rows' loads are
-// in flight through the reductions' barriers (a block that loaded one row and then sat in its
-// reductions left the memory system idle: 55% of the copy rate at GPT-2 XL's width, 71% with the
-// next row in flight). Element-wise packs (rows off a 16-byte boundary) load in place.
+// in flight through the reductions' barriers (a block that loads one row and then sits in its
+// reductions leaves the memory system idle; bench_nn_kernels' LayerNormForward shows the
+// difference). Element-wise packs (rows off a 16-byte boundary) load in place.
 template <class T, int kVec, int kPacks, bool kCentered>
 __global__ void __launch_bounds__(kMaxTeamThreads, norm_forward_min_blocks<T, kVec>())
     norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ y,
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) aw[k][j] = ab[k][j] = 0.0f;
-  // A 2-byte type's thread keeps its columns of the weight as loaded: every row uses the same ones
-  // (reloading them twice a row cost 15% at GPT-2 XL's width). An f32 thread's registers are full
-  // with x, dy and the column sums, so it reloads them from cache.
+  // A 2-byte type's thread keeps its columns of the weight as loaded: every row uses the same ones,
+  // and reloading them twice a row shows in bench_nn_kernels at GPT-2 XL's width. An f32 thread's
+  // registers are full with x, dy and the column sums, so it reloads them from cache.
   constexpr bool kKeepWeight = sizeof(T) == 2;
   Raw<kVec, T> wr[kKeepWeight ? kPacks : 1] = {};
   if constexpr (kKeepWeight) {
@@ -158,8 +158,8 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   // A team's rows come `stride` apart. Each thread keeps its packs of x and dy as loaded, and
   // starts loading the next row's before working on this one, so that two rows' loads are in
   // flight through the row reduction and its barrier. The next row's index and offset step along
-  // rather than being multiplied out each row (f32 as a block calls it, 1600 and 2048 wide: 1-1.5%
-  // faster; bf16 the same).
+  // rather than being multiplied out each row: fewer instructions in a loop bound by issue
+  // (bench_nn_kernels' LayerNormBackwardInBlock, f32, 1600 and 2048 wide, shows it).
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.y;
   Raw<kVec, T> next_x[kPacks] = {}, next_dy[kPacks] = {};
   float next_mu = 0.0f, next_rs = 0.0f;
@@ -211,9 +211,9 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     }
     if (!dx) continue;  // uniform: a kernel argument
     // The values dx holds are loaded before the row's reductions, so that their latency passes
-    // under the reductions' barriers instead of after them (GPT-2 XL's width as a block calls it:
-    // 91 -> 70 us). An f32 thread, or one of single elements, has no registers left for them (it
-    // spills) and loads them late.
+    // under the reductions' barriers instead of after them (bench_nn_kernels'
+    // LayerNormBackwardInBlock). An f32 thread, or one of single elements, has no registers left
+    // for them (it would spill) and loads them late.
     constexpr bool kEarlyDx = sizeof(T) == 2 && kVec > 1;
     Raw<kVec, T> dx_before[kEarlyDx ? kPacks : 1] = {};
     if constexpr (kEarlyDx) {
@@ -235,9 +235,9 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
     }
     if (!active) continue;
     // dx = rs * g + (x - mean) * k_x + k_0, the row's constants taken out of the element loop: three
-    // instructions an element where the formula as written takes five. At 768 wide the kernel is
-    // bound by instruction issue; bf16, 768 to 2048 wide, this ran up to 2% faster. x is centered
-    // first, as in the forward, so that rows far from zero lose no precision.
+    // instructions an element where the formula as written takes five, in a kernel bound by
+    // instruction issue at 768 wide (bench_nn_kernels' LayerNormBackward). x is centered first, as
+    // in the forward, so that rows far from zero lose no precision.
     const float k_x = -(rs * mean_gx) * rs, k_0 = kCentered ? -rs * mean_g : 0.0f;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k) {
@@ -311,10 +311,10 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
 // f32). A block takes 16 columns; each of its 64 lanes (threadIdx.y) adds every 64th part, and the
 // lanes' sums are added in lane order: a fixed order, so the same on every run. The partial rows
 // were just written and sit in L2; what costs is waiting on them, so the pass spreads them over
-// many threads with several loads each in flight: at GPT-2 small's width (660 partial rows) 4.8 us,
-// where 24 blocks of 32 columns, each thread walking a sixteenth of the parts one load at a time,
-// took 9.0 us of the LayerNorm backward's 35.7. It is launched as a dependent of the backward
-// kernel, so its blocks are in place as the backward's leave: 2 us less of the 31 at 768 wide.
+// many threads with several loads each in flight, where a thread walking its share of the parts
+// one load at a time would make the pass a large part of the LayerNorm backward at GPT-2 small's
+// width (660 partial rows). It is launched as a dependent of the backward kernel, so its blocks
+// are in place as the backward's leave (bench_nn_kernels' LayerNormBackward shows both).
 constexpr int kSumColumns = 16;
 constexpr int kSumLanes = 64;
 
@@ -368,10 +368,9 @@ bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, co
                      bool accumulate, bool add_dx, std::int64_t rows, int C) {
   auto launch = [&](auto packs, RowGeometry g) {
     constexpr int kPacks = decltype(packs)::value;
-    // A team of four warps or more runs alone in its block: at 1600 and 2048 wide (bf16 and f32)
-    // the backward ran up to 4% faster than with two such teams a block (the same for bf16
-    // LayerNorm at 2048); narrower teams, two or four a block as row_geometry gives them, ran
-    // 8-37% slower alone.
+    // A team of four warps or more runs alone in its block, which bench_nn_kernels' norm
+    // backwards show faster at 1600 and 2048 wide than two such teams a block; narrower teams keep
+    // row_geometry's two or four a block, since alone they are slower.
     if (g.threads >= 128) g.teams = 1;
     auto kernel = norm_backward_kernel<T, kVec, kPacks, kCentered>;
     const bool want_columns = dweight.defined() || dbias.defined();
@@ -397,8 +396,8 @@ bool backward_launch(const Tensor& dy, const Tensor& x, const Tensor& weight, co
   };
   // A 2-byte row takes one 16-byte pack a thread instead of two where that fills a team of at most
   // four warps better: 768 wide, 96 threads with every lane busy against 64 threads a quarter of
-  // whose second packs are missing, ran 6% faster (13% as a block calls it); at 1600 and 2048 the
-  // one-pack teams (7 and 8 warps) ran 9-10% slower.
+  // whose second packs are missing. At 1600 and 2048 the one-pack teams (7 and 8 warps) are
+  // slower (bench_nn_kernels' norm backwards show both).
   const std::int64_t packs = C / kVec;
   if constexpr (kVec > 1 && sizeof(T) == 2) {
     const RowGeometry one = row_geometry(packs, 1), two = row_geometry(packs, kBackwardValues / kVec);

@@ -150,8 +150,9 @@ constexpr int kPartialColumns = 32;  // columns a block of the partials pass add
 
 // out[c] = (accumulate: out[c] +) the sum of partial[chunk][c] over the chunks. Each of a block's 8 lanes (threadIdx.y)
 // adds every 8th chunk, then the lanes' sums are added in lane order (a fixed order, as everywhere
-// here). One thread walking all of a column's chunks would wait on one load at a time: at 1600
-// columns of 16384 rows that pass took longer than reading the rows.
+// here). One thread walking all of a column's chunks would wait on one load at a time, and at
+// 1600 columns of 16384 rows such a pass takes longer than reading the rows (bench_kernels'
+// BiasGradient).
 template <class O>
 __global__ void __launch_bounds__(kPartialColumns* kRowLanes)
     add_column_partials_kernel(const float* __restrict__ partial, std::int64_t chunks, std::int64_t cols,
