@@ -47,45 +47,9 @@ inline bmt::init::Fn scaled_normal(const ModelConfig& c) {
 }
 }  // namespace detail
 
-struct LayerNorm : bmt::Module {
-  bmt::DistributedParameter weight, bias;
-  float eps;
-  LayerNorm(std::int64_t dim, bmt::DType dtype, float eps_)
-      : weight({dim}, dtype, bmt::init::ones()), bias({dim}, dtype, bmt::init::zeros()), eps(eps_) {
-    register_parameter("weight", weight);
-    register_parameter("bias", bias);
-  }
-  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::layer_norm(x, weight.gather(), bias.gather(), eps); }
-};
-
-struct Linear : bmt::Module {
-  bmt::DistributedParameter weight, bias;
-  Linear(std::int64_t in, std::int64_t out, bmt::DType dtype, bmt::init::Fn init, bool with_bias)
-      : weight({out, in}, dtype, std::move(init)) {
-    register_parameter("weight", weight);
-    if (with_bias) {
-      bias = bmt::DistributedParameter({out}, dtype, bmt::init::zeros());
-      register_parameter("bias", bias);
-    }
-  }
-  // With gelu_first: forward(gelu(x)), the GELU's backward done by the GEMM of x's gradient.
-  bmt::Tensor forward(const bmt::Tensor& x, bool gelu_first = false) const {
-    return product(x, bias.defined() ? bias.gather() : bmt::Tensor(), gelu_first);
-  }
-  // gelu(forward(x)), the GELU in the GEMM.
-  bmt::Tensor forward_gelu(const bmt::Tensor& x) const {
-    return bmt::linear_gelu(x, weight.gather(), bias.defined() ? bias.gather() : bmt::Tensor());
-  }
-  // residual + forward(x), the bias added with the residual in one pass rather than in the GEMM.
-  bmt::Tensor forward_onto(const bmt::Tensor& residual, const bmt::Tensor& x, bool gelu_first = false) const {
-    return bmt::residual_add(residual, product(x, bmt::Tensor(), gelu_first), bias.defined() ? bias.gather() : bmt::Tensor());
-  }
-
- private:
-  bmt::Tensor product(const bmt::Tensor& x, const bmt::Tensor& b, bool gelu_first) const {
-    return gelu_first ? bmt::gelu_linear(x, weight.gather(), b) : bmt::linear(x, weight.gather(), b);
-  }
-};
+using bmt::nn::LayerNorm;
+using bmt::nn::Linear;
+using bmt::nn::RMSNorm;
 
 // Pre-norm GPT-2 block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 struct GPT2Block : bmt::Module {
@@ -97,10 +61,10 @@ struct GPT2Block : bmt::Module {
       : c(cfg),
         ln_1(cfg.dim, cfg.dtype, cfg.norm_eps),
         ln_2(cfg.dim, cfg.dtype, cfg.norm_eps),
-        c_attn(cfg.dim, 3 * cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), true),
-        attn_proj(cfg.dim, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), true),
-        c_fc(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), true),
-        mlp_proj(cfg.ffn, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), true) {
+        c_attn(cfg.dim, 3 * cfg.dim, true, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        attn_proj(cfg.dim, cfg.dim, true, cfg.dtype, detail::scaled_normal(cfg)),
+        c_fc(cfg.dim, cfg.ffn, true, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        mlp_proj(cfg.ffn, cfg.dim, true, cfg.dtype, detail::scaled_normal(cfg)) {
     register_module("ln_1", ln_1);
     register_module("attn", c_attn);  // attn.weight / attn.bias: the fused QKV projection
     register_module("attn_proj", attn_proj);
@@ -125,7 +89,7 @@ struct GPT2Block : bmt::Module {
 
   // x + dropout(proj(y)), or x + dropout(proj(gelu(y))).
   bmt::Tensor residual(const bmt::Tensor& x, const Linear& proj, const bmt::Tensor& y, bool gelu_first = false) const {
-    if (c.dropout > 0.0f && is_training()) return bmt::residual_add(x, dropout(proj.forward(y, gelu_first)));
+    if (c.dropout > 0.0f && is_training()) return bmt::residual_add(x, dropout(gelu_first ? proj.gelu_forward(y) : proj.forward(y)));
     return proj.forward_onto(x, y, gelu_first);
   }
 
@@ -133,15 +97,6 @@ struct GPT2Block : bmt::Module {
     if (c.dropout <= 0.0f || !is_training()) return x;
     return bmt::dropout(x, c.dropout, bmt::random::next_key(), true);
   }
-};
-
-struct RMSNorm : bmt::Module {
-  bmt::DistributedParameter weight;
-  float eps;
-  RMSNorm(std::int64_t dim, bmt::DType dtype, float eps_) : weight({dim}, dtype, bmt::init::ones()), eps(eps_) {
-    register_parameter("weight", weight);
-  }
-  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::rms_norm(x, weight.gather(), eps); }
 };
 
 // Llama block: x + attn(rms(x)) with rotary q/k, then x + W2(silu(W1 x) * W3 x).
@@ -154,13 +109,13 @@ struct LlamaBlock : bmt::Module {
       : c(cfg),
         attn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
         ffn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
-        wq(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
-        wk(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
-        wv(cfg.dim, cfg.dim, cfg.dtype, bmt::init::normal(cfg.init_std), false),
-        wo(cfg.dim, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), false),
-        w1(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), false),
-        w2(cfg.ffn, cfg.dim, cfg.dtype, detail::scaled_normal(cfg), false),
-        w3(cfg.dim, cfg.ffn, cfg.dtype, bmt::init::normal(cfg.init_std), false) {
+        wq(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        wk(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        wv(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        wo(cfg.dim, cfg.dim, false, cfg.dtype, detail::scaled_normal(cfg)),
+        w1(cfg.dim, cfg.ffn, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        w2(cfg.ffn, cfg.dim, false, cfg.dtype, detail::scaled_normal(cfg)),
+        w3(cfg.dim, cfg.ffn, false, cfg.dtype, bmt::init::normal(cfg.init_std)) {
     register_module("attention_norm", attn_norm);
     register_module("wq", wq);
     register_module("wk", wk);

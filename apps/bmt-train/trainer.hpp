@@ -1,9 +1,65 @@
 #pragma once
-// The training loop of bmt-train: data, model, optimizer, logging, evaluation, checkpoints.
+// The training loop of bmt-train, in the parts a run goes through: setup (configuration, data,
+// model, optimizer), resume, then per step the step itself, evaluation, the log and checkpoints.
+#include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/checkpoint_dir.hpp>
+#include <bmtrain/io/token_loader.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "agreed.hpp"
+#include "banner.hpp"
+#include "fault_injection.hpp"
+#include "model.hpp"
 #include "options.hpp"
+#include "step_log.hpp"
+#include "token_staging.hpp"
+#include "training_data.hpp"
 
 namespace bmt_train {
+
+class Trainer {
+ public:
+  // Sets the run up on every rank: the configuration every rank must share, data, model,
+  // optimizer, the checkpoint to resume from and the outputs. Throws UsageError on bad input.
+  explicit Trainer(const TrainOptions& options);
+  ~Trainer();
+
+  // Trains from the resumed (or first) step to --steps; returns the process exit code.
+  int run();
+
+ private:
+  void configure();
+  void build_model();
+  void build_optimizer();
+  void resume();
+  void open_outputs();
+  // One optimizer step over the next batch; fills the record's loss (when read), lr and outcome.
+  StepRecord step(std::int64_t step, bool read_loss);
+  double evaluate();
+  void save(std::int64_t step);
+
+  const TrainOptions& o_;
+  int world_ = 1;
+  ModelConfig cfg_;
+  TrainingData data_;
+  RunFacts facts_;
+  FaultInjection fault_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<bmt::optim::AdamW> adamw_;
+  std::unique_ptr<bmt::optim::LRScheduler> schedule_;
+  std::unique_ptr<bmt::optim::OptimManager> manager_;
+  std::optional<bmt::io::TokenLoader> loader_, val_loader_;
+  std::optional<bmt::io::CheckpointDir> checkpoints_;
+  std::unique_ptr<StepLog> log_;
+  std::unique_ptr<TokenStaging> staging_;
+  std::int64_t loss_every_ = 1;  // steps between reads of the loss (a host wait and a collective)
+  std::vector<bmt::Tensor> losses_;  // the current step's micro-batch losses, on the device
+};
 
 // Runs the training the options describe; returns the process exit code.
 int train(const TrainOptions& options);

@@ -1,0 +1,51 @@
+#include "banner.hpp"
+
+#include <bmtrain/bmtrain.hpp>
+#include <bmtrain/kernels/gemm.hpp>
+
+#include "units.hpp"
+
+namespace bmt_train {
+
+namespace {
+
+// The banner's account of what backward recomputes.
+std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
+  if (!o.checkpointing || o.keep_blocks >= layers) return "  recompute off";
+  std::string text = "  recompute on";
+  if (o.keep_attention) text += ", attention kept";
+  if (o.keep_residual) text += ", residual sums kept";
+  if (o.keep_blocks > 0)
+    text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
+  return text;
+}
+
+}  // namespace
+
+void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts& f) {
+  auto& ctx = bmt::context();
+  const int world = ctx.topology().world_size;
+  const std::int64_t tokens_per_step = o.batch * o.seq;
+  bmt::print_rank("+--------------------------------------------------------------");
+  bmt::print_rank("| bmt-train  model ", o.model, " (", cfg.arch, ", ", cfg.layers, " layers, ", cfg.heads, " heads, dim ",
+                  cfg.dim, ", vocab ", cfg.vocab, ")");
+  bmt::print_rank("| parameters ", count_text(static_cast<double>(cfg.parameter_count())), "  world size ", world, " (",
+                  ctx.topology().node_count, " node", ctx.topology().node_count > 1 ? "s" : "", ", ",
+                  ctx.world_comm().backend(), ")  dtype ", bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
+                  recompute_description(o, cfg.layers), "  prefetch ", o.prefetch,
+                  o.offload ? "  optimizer offloaded" : "",
+                  o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
+                  bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
+  bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", f.local_batch,
+                  " sequences/rank, ", f.accumulation, " micro-batch", f.accumulation > 1 ? "es" : "", " of ",
+                  f.micro_batch, ")");
+  bmt::print_rank("| data ", o.data,
+                  f.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(f.entropy_rate) + ")" : std::string(),
+                  "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
+  bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state + ",
+                  bytes_text(f.memory.buffers), " gather/gradient buffers + activations");
+  if (!f.resumed_from.empty()) bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step);
+  bmt::print_rank("+--------------------------------------------------------------");
+}
+
+}  // namespace bmt_train

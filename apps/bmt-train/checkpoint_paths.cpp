@@ -1,0 +1,46 @@
+#include "checkpoint_paths.hpp"
+
+#include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/checkpoint_dir.hpp>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace bmt_train {
+
+namespace {
+
+bool is_complete_step_dir(const std::string& dir) {
+  struct stat st {};
+  return ::stat((dir + "/" + bmt::io::CheckpointDir::kMarker).c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string resolve_resume(const std::string& path) {
+  if (is_complete_step_dir(path)) return path;
+  const auto last = bmt::io::CheckpointDir::latest_complete(path);
+  BMT_REQUIRE(last, "--resume: expected a complete checkpoint (a directory with a COMPLETE marker, or a root holding "
+                    "step-N directories), found none at '"
+                        << path << "'");
+  return path + "/step-" + std::to_string(*last);
+}
+
+void check_writable_root(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  BMT_REQUIRE(!ec, "--save '" << root << "': expected a directory checkpoints can be written to, cannot create it: "
+                              << ec.message());
+  const std::string probe = root + "/.bmt-train-write-test";
+  {
+    std::ofstream f(probe, std::ios::trunc);
+    f << "probe\n";
+    f.flush();
+    BMT_REQUIRE(f, "--save '" << root << "': expected a directory checkpoints can be written to, cannot write '"
+                              << probe << "'");
+  }
+  std::filesystem::remove(probe, ec);
+}
+
+}  // namespace bmt_train

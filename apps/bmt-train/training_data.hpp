@@ -1,0 +1,26 @@
+#pragma once
+// The token sources a run trains and evaluates on, and the loaders that batch them.
+#include <bmtrain/io/sequence_source.hpp>
+#include <bmtrain/io/token_loader.hpp>
+
+#include <cstdint>
+#include <memory>
+
+#include "options.hpp"
+
+namespace bmt_train {
+
+struct TrainingData {
+  std::shared_ptr<const bmt::io::SequenceSource> train, val;  // val: null when there is none
+  double entropy_rate = -1;  // lowest achievable loss, when known (synthetic data)
+};
+
+// --data and --val-data: the synthetic Markov chain (its held-out sequences come from the same
+// chain, read in another order) or token files.
+TrainingData open_training_data(const TrainOptions& options, const ModelConfig& config);
+
+// A loader of --batch sequences of --seq tokens a step, shuffled by `seed`.
+bmt::io::TokenLoader make_loader(std::shared_ptr<const bmt::io::SequenceSource> source, const TrainOptions& options,
+                                 const ModelConfig& config, std::uint64_t seed);
+
+}  // namespace bmt_train
