@@ -25,26 +25,10 @@
 
 namespace example {
 
-// y = x W^T + b with W [out, in] ~ N(0, 1/in): unit-variance inputs give unit-variance outputs.
-struct Linear : bmt::Module {
-  bmt::DistributedParameter weight, bias;
-  Linear(std::int64_t in, std::int64_t out)
-      : weight({out, in}, bmt::init::normal(1.0f / std::sqrt(static_cast<float>(in)))),
-        bias({out}, bmt::init::zeros()) {
-    register_parameter("weight", weight);
-    register_parameter("bias", bias);
-  }
-  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::linear(x, weight, bias); }
-};
-
-struct LayerNorm : bmt::Module {
-  bmt::DistributedParameter weight, bias;
-  explicit LayerNorm(std::int64_t dim) : weight({dim}, bmt::init::ones()), bias({dim}, bmt::init::zeros()) {
-    register_parameter("weight", weight);
-    register_parameter("bias", bias);
-  }
-  bmt::Tensor forward(const bmt::Tensor& x) const { return bmt::layer_norm(x, weight, bias); }
-};
+// Its layers are the library's: bmt::nn::Linear (W [out, in] ~ N(0, 1/in), so unit-variance
+// inputs give unit-variance outputs) and bmt::nn::LayerNorm.
+using bmt::nn::LayerNorm;
+using bmt::nn::Linear;
 
 class SomeTransformerBlock : public bmt::Module {
  public:

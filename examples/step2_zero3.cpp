@@ -20,7 +20,6 @@
 // Runs one training step and exits non-zero unless it lowered the loss.
 #include <bmtrain/bmtrain.hpp>
 
-#include "module_list.hpp"
 #include "some_transformer_block.hpp"
 #include "training_step.hpp"
 
@@ -30,7 +29,7 @@ struct MyModule : bmt::DistributedModule {
   // Outside the blocks: sharded on its own (one storage per parameter), gathered by param.gather().
   // (torch.empty would leave it uninitialized; here it starts from N(0, 1) so the blocks see data.)
   bmt::DistributedParameter param{{example::kParamSize}, bmt::init::normal(1.0f)};
-  example::ModuleList<bmt::CheckpointBlock<SomeTransformerBlock>> module_list;
+  bmt::nn::ModuleList<bmt::CheckpointBlock<SomeTransformerBlock>> module_list;
 
   MyModule() {
     register_parameter("param", param);

@@ -7,6 +7,7 @@
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/nn/init.hpp"
+#include "bmtrain/nn/layers.hpp"
 #include "bmtrain/nn/module.hpp"
 #include "bmtrain/nn/parameter.hpp"
 #include "bmtrain/ops/ops.hpp"
