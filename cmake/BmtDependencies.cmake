@@ -1,6 +1,8 @@
 # Finds everything the library links against. One place, so that the build and the installed
 # package config agree on what a bmtrain build needs.
-find_package(MPI REQUIRED COMPONENTS C)
+# MPI's C++ component: bmtrain is C++ (calling MPI's C API), so a project that uses it needs
+# nothing but C++ enabled, here and in the installed package.
+find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(Threads REQUIRED)
 find_package(Kokkos REQUIRED)
 # JSON for safetensors headers and checkpoint metadata (header-only).
@@ -12,14 +14,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/BmtKokkosIncludes.cmake)
 if(BMT_ENABLE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
-            PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
-               PATH_SUFFIXES lib lib64)
-  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
-    message(FATAL_ERROR "BMT_ENABLE_CUDA=ON needs NCCL: expected nccl.h and libnccl (set NCCL_ROOT), "
-                        "found include='${NCCL_INCLUDE_DIR}' library='${NCCL_LIBRARY}'")
-  endif()
+  # NCCL::NCCL (cmake/FindNCCL.cmake, installed with the package config, which finds it again).
+  find_package(NCCL REQUIRED)
   if(NOT Kokkos_ENABLE_CUDA)
     message(FATAL_ERROR "BMT_ENABLE_CUDA=ON needs a Kokkos built with its CUDA backend; "
                         "the Kokkos found at ${Kokkos_DIR} has none")
@@ -39,7 +35,7 @@ if(BMT_ENABLE_CUDA)
     set(BMT_CUDA_TARGETS_SM90A TRUE)
   endif()
 else()
-  find_package(BLAS REQUIRED)
+  find_package(BLAS REQUIRED)  # BLAS::BLAS
   find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread)
   if(NOT CBLAS_INCLUDE_DIR)
     message(FATAL_ERROR "The CPU build needs a CBLAS header (cblas.h, e.g. from libopenblas-dev); none found")

@@ -4,6 +4,7 @@
 #   <prefix>/include/bmtrain/...               public headers
 #   <prefix>/lib/libbmtrain.{a,so}
 #   <prefix>/lib/cmake/bmtrain/                bmtrainConfig.cmake, version, targets, helper modules
+#   <prefix>/lib/pkgconfig/bmtrain.pc          for pkg-config (host builds; cmake/BmtPkgConfig.cmake)
 # The include directory of the exported target is lib/CMakeLists.txt's INSTALL_INTERFACE entry
 # (GNUInstallDirs is included before lib/).
 include(GNUInstallDirs)
@@ -30,10 +31,10 @@ if(_bmt_type STREQUAL "SHARED_LIBRARY")
 else()
   set(BMT_INSTALL_SHARED OFF)
 endif()
-# The MPI installation the build's mpicc belongs to (<prefix>/bin/mpicc -> <prefix>).
+# The MPI installation the build's mpicxx belongs to (<prefix>/bin/mpicxx -> <prefix>).
 set(BMT_INSTALL_MPI_HOME "")
-if(MPI_C_COMPILER AND IS_ABSOLUTE "${MPI_C_COMPILER}")
-  get_filename_component(_bmt_mpi_bindir "${MPI_C_COMPILER}" DIRECTORY)
+if(MPI_CXX_COMPILER AND IS_ABSOLUTE "${MPI_CXX_COMPILER}")
+  get_filename_component(_bmt_mpi_bindir "${MPI_CXX_COMPILER}" DIRECTORY)
   get_filename_component(BMT_INSTALL_MPI_HOME "${_bmt_mpi_bindir}" DIRECTORY)
 endif()
 set(BMT_INSTALL_NCCL_ROOT "")
@@ -52,3 +53,5 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/bmtrainConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/bmtrainConfig.cmake ${PROJECT_BINARY_DIR}/bmtrainConfigVersion.cmake
               ${CMAKE_CURRENT_LIST_DIR}/BmtKokkosIncludes.cmake ${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake
         DESTINATION ${BMT_INSTALL_CMAKEDIR})
+
+include(BmtPkgConfig)  # <prefix>/lib/pkgconfig/bmtrain.pc (host builds)

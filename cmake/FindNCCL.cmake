@@ -1,4 +1,4 @@
-# FindNCCL: the NCCL library and header, as the imported target NCCL::nccl.
+# FindNCCL: the NCCL library and header, as the imported target NCCL::NCCL.
 #
 # Looks under NCCL_ROOT (CMake or environment variable; CMake's <Package>_ROOT rule), NCCL_HOME,
 # next to the CUDA toolkit when CUDAToolkit was found, then the system paths. Sets NCCL_FOUND,
@@ -25,11 +25,12 @@ if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
 endif()
 
 include(FindPackageHandleStandardArgs)
-find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION)
+find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR VERSION_VAR NCCL_VERSION
+                                  REASON_FAILURE_MESSAGE "expected nccl.h and libnccl (set NCCL_ROOT to the NCCL installation)")
 
-if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
-  add_library(NCCL::nccl UNKNOWN IMPORTED)
-  set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
+if(NCCL_FOUND AND NOT TARGET NCCL::NCCL)
+  add_library(NCCL::NCCL UNKNOWN IMPORTED)
+  set_target_properties(NCCL::NCCL PROPERTIES IMPORTED_LOCATION "${NCCL_LIBRARY}"
                                               INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
 endif()
 mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)

@@ -1,11 +1,13 @@
-# Installs the build into a fresh prefix, builds test/install/downstream against that prefix only,
-# and runs it at 1 and 2 ranks (1 only when MAX_NP is 1): both runs must pass their own checks against a float64 reference
-# and print the same checksum. Run by ctest (see CMakeLists.txt here) as
+# Installs the build into a fresh prefix, builds test/install/downstream against that prefix only
+# (a C++-only CMake project, and for host builds the same program through pkg-config and make),
+# and runs each at 1 and 2 ranks (1 only when MAX_NP is 1): every run must pass its own checks
+# against a float64 reference and print the same checksum. The installed targets must name no
+# library by an absolute path. Run by ctest (see CMakeLists.txt here) as
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCE_DIR=... [the -D options below] -P install_and_run.cmake
 # Lists (the launcher's flags, CUDA architectures) arrive with '|' in place of ';'. A CUDA build
 # also passes CUDA_COMPILER and CUDA_ARCHITECTURES for the downstream project.
-foreach(var BUILD_DIR BINDIR LIBDIR INCLUDEDIR CMAKEDIR WORK_DIR SOURCE_DIR GENERATOR C_COMPILER CXX_COMPILER
-            BUILD_TYPE EXPECT_KOKKOS_DIR MPIEXEC NUMPROC_FLAG MAX_NP)
+foreach(var BUILD_DIR BINDIR LIBDIR INCLUDEDIR CMAKEDIR WORK_DIR SOURCE_DIR GENERATOR CXX_COMPILER
+            BUILD_TYPE EXPECT_KOKKOS_DIR MPIEXEC NUMPROC_FLAG MAX_NP PKG_CONFIG MAKE MPI_CXX_COMPILER)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install_and_run.cmake: expected -D${var}=..., found none")
   endif()
@@ -53,7 +55,7 @@ endif()
 # through what the installed config remembers.
 run_step("configuring the downstream project"
          ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${downstream_build} -G ${GENERATOR}
-         -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+         -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF ${cuda_args})
 message("${step_output}")
 string(FIND "${step_output}" "downstream: bmtrain_DIR=${prefix}/${CMAKEDIR}\n" at)
@@ -66,32 +68,79 @@ if(at EQUAL -1)
 endif()
 run_step("building the downstream project" ${CMAKE_COMMAND} --build ${downstream_build} --config ${BUILD_TYPE})
 
+# The installed targets name no library by an absolute path: dependencies go through imported
+# targets (NCCL::NCCL, BLAS::BLAS, ...) that the config finds on the using machine.
+file(READ ${prefix}/${CMAKEDIR}/bmtrainTargets.cmake targets)
+string(REGEX MATCHALL "INTERFACE_LINK_LIBRARIES \"[^\"]*\"" link_lines "${targets}")
+if(NOT link_lines)
+  message(FATAL_ERROR "expected INTERFACE_LINK_LIBRARIES in bmtrainTargets.cmake, found none")
+endif()
+foreach(line IN LISTS link_lines)
+  string(REGEX REPLACE "^INTERFACE_LINK_LIBRARIES \"(.*)\"$" "\\1" items "${line}")
+  foreach(item IN LISTS items)
+    string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
+    if(IS_ABSOLUTE "${item}")
+      message(FATAL_ERROR "expected bmtrainTargets.cmake to link only imported targets and names, found ${item}")
+    endif()
+  endforeach()
+endforeach()
+
 # 1 and 2 ranks, or 1 only where the build registers single-rank tests (one GPU: NCCL needs a
-# device per rank).
+# device per rank). Sets the caller's `checksums` to each run's checksum line.
 set(rank_counts 1 2)
 if(MAX_NP LESS 2)
   set(rank_counts 1)
 endif()
-set(checksums)
-foreach(np IN LISTS rank_counts)
-  run_step("downstream at ${np} ranks" ${MPIEXEC} ${NUMPROC_FLAG} ${np} ${preflags} ${downstream_build}/downstream
-           ${postflags})
-  message("np ${np}:\n${step_output}")
-  if(NOT step_output MATCHES "downstream: world size ${np}, 0 mismatches")
-    message(FATAL_ERROR "expected world size ${np} with 0 mismatches, found another report (see above)")
+function(run_at_ranks program what)
+  set(sums)
+  foreach(np IN LISTS rank_counts)
+    run_step("${what} at ${np} ranks" ${MPIEXEC} ${NUMPROC_FLAG} ${np} ${preflags} ${program} ${postflags})
+    message("${what}, np ${np}:\n${step_output}")
+    if(NOT step_output MATCHES "downstream: world size ${np}, 0 mismatches")
+      message(FATAL_ERROR "${what}: expected world size ${np} with 0 mismatches, found another report (see above)")
+    endif()
+    if(NOT step_output MATCHES "checksum [^\n]*")
+      message(FATAL_ERROR "${what}: expected a checksum line at ${np} ranks, found none")
+    endif()
+    list(APPEND sums "${CMAKE_MATCH_0}")
+  endforeach()
+  list(REMOVE_DUPLICATES sums)
+  list(LENGTH sums n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "${what}: expected the same checksum at ${rank_counts} ranks, found ${sums}")
   endif()
-  if(NOT step_output MATCHES "checksum [^\n]*")
-    message(FATAL_ERROR "expected a checksum line at ${np} ranks, found none")
-  endif()
-  list(APPEND checksums "${CMAKE_MATCH_0}")
-endforeach()
-list(GET checksums 0 one)
-if(MAX_NP LESS 2)
-  message("install test passed: ${one} at 1 rank (the build registers tests at 1 rank only)")
+  set(checksums "${sums}" PARENT_SCOPE)
+endfunction()
+
+run_at_ranks(${downstream_build}/downstream "the CMake-built downstream")
+set(cmake_checksum "${checksums}")
+
+# The same program through pkg-config and make, compiled by the MPI C++ wrapper (host builds:
+# a CUDA build installs no bmtrain.pc).
+if(CUDA_COMPILER)
+  message("install test passed: ${cmake_checksum} at ranks ${rank_counts} (CMake; no pkg-config for CUDA builds)")
   return()
 endif()
-list(GET checksums 1 two)
-if(NOT one STREQUAL two)
-  message(FATAL_ERROR "expected the same checksum at 1 and 2 ranks, found '${one}' and '${two}'")
+foreach(tool PKG_CONFIG MAKE MPI_CXX_COMPILER)
+  if(NOT ${tool} OR NOT EXISTS "${${tool}}")
+    message(FATAL_ERROR "the pkg-config build needs ${tool}: expected a program, found '${${tool}}' "
+                        "(Debian: scripts/install-deps.sh installs pkg-config and make)")
+  endif()
+endforeach()
+set(pc_dir ${prefix}/${LIBDIR}/pkgconfig)
+if(NOT EXISTS ${pc_dir}/bmtrain.pc)
+  message(FATAL_ERROR "expected ${pc_dir}/bmtrain.pc after cmake --install, found none")
 endif()
-message("install test passed: ${one} at 1 and 2 ranks")
+set(pc_env ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} OMPI_CXX=${CXX_COMPILER} MPICH_CXX=${CXX_COMPILER})
+run_step("pkg-config --modversion bmtrain" ${pc_env} ${PKG_CONFIG} --modversion bmtrain)
+message("bmtrain.pc: version ${step_output}")
+set(pc_build ${WORK_DIR}/pkgconfig-build)
+file(MAKE_DIRECTORY ${pc_build})
+run_step("building the downstream program with make and pkg-config"
+         ${pc_env} ${MAKE} -f ${SOURCE_DIR}/Makefile OUT=${pc_build} MPICXX=${MPI_CXX_COMPILER} PKG_CONFIG=${PKG_CONFIG})
+message("${step_output}")
+run_at_ranks(${pc_build}/downstream "the pkg-config-built downstream")
+if(NOT checksums STREQUAL cmake_checksum)
+  message(FATAL_ERROR "expected the pkg-config build to print the CMake build's '${cmake_checksum}', found '${checksums}'")
+endif()
+message("install test passed: ${cmake_checksum} at ranks ${rank_counts}, built with CMake and with pkg-config")
