@@ -32,8 +32,8 @@ endif()
 if(BMT_ENABLE_FUZZING)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "BMT_ENABLE_FUZZING: expected the clang compiler (libFuzzer), found "
-                        "${CMAKE_CXX_COMPILER_ID}; configure with -DCMAKE_CXX_COMPILER=clang++ "
-                        "-DCMAKE_C_COMPILER=clang, or use the preset cpu-fuzz")
+                        "${CMAKE_CXX_COMPILER_ID}; configure with -DCMAKE_CXX_COMPILER=clang++, or use the "
+                        "preset cpu-fuzz")
   endif()
-  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
 endif()
