@@ -3,7 +3,7 @@
 # already present are not fetched again, and nothing is done when all are there.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config shellcheck
   libopenmpi-dev openmpi-bin
   libtrilinos-kokkos-dev
   libopenblas-dev
