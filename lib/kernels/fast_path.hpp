@@ -53,9 +53,9 @@ bool fill(const Tensor& t, float value);
 bool copy(const Tensor& dst, const Tensor& src, float alpha, bool accumulate);
 
 // *result (device memory) = the sum of the squares of `count` contiguous tensors of one floating
-// dtype: tensor k at data[k] holds end[k] - end[k - 1] elements (end[-1] = 0). f32 sums in a fixed
-// order, so the result is the same on every run.
-bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, float* result);
+// dtype: tensor k at data[k] holds end[k] - end[k - 1] elements (end[-1] = 0). f64 sums in a fixed
+// order, so the result is the same on every run and does not depend on how the elements are split.
+bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, double* result);
 
 // out[c] = (accumulate: out[c] +) the sum of x[r][c] over the rows of x [rows, cols]; out is f32
 // or x's dtype. Partials in a fixed order, so the result is the same on every run.

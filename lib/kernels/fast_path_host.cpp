@@ -30,7 +30,7 @@ bool swiglu_forward(const Tensor&, const Tensor&, const Tensor&) { return false;
 bool swiglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { return false; }
 bool fill(const Tensor&, float) { return false; }
 bool column_sums(const Tensor&, const Tensor&, bool) { return false; }
-bool sum_squares(DType, const void* const*, const std::int64_t*, int, float*) { return false; }
+bool sum_squares(DType, const void* const*, const std::int64_t*, int, double*) { return false; }
 bool copy(const Tensor&, const Tensor&, float, bool) { return false; }
 bool embedding_forward(const Tensor&, const Tensor&, const Tensor&, BadIndexRecord) { return false; }
 std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor&, std::int64_t) { return nullptr; }

@@ -1,5 +1,6 @@
 // Reductions: sums over all elements, over one dimension, broadcast gradients back, and the
-// multi-tensor inf/nan and L2-norm checks. Accumulation is f32 for every storage type.
+// multi-tensor inf/nan and L2-norm checks. Accumulation is f32 for every storage type, except the
+// multi-tensor sum of squares, which is f64 (global_sum_squares says why).
 #include "bmtrain/kernels/reduce.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@ namespace {
 
 using Team = Kokkos::TeamPolicy<ExecSpace>;
 using ScalarF32 = Kokkos::View<float, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using ScalarF64 = Kokkos::View<double, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 std::int64_t wrap_dim(std::int64_t dim, std::int64_t ndim, const char* op) {
   const std::int64_t d = dim < 0 ? dim + ndim : dim;
@@ -160,18 +162,19 @@ void flag_inf_nan_kernel(const TensorTable& table, int* flag) {
   });
 }
 
+// The square of an f32 value is exact in f64, so only the additions round.
 template <class T>
-void sum_squares_kernel(DType dtype, const TensorTable& table, float* result) {
+void sum_squares_kernel(DType dtype, const TensorTable& table, double* result) {
   if (fast::sum_squares(dtype, table.data, table.end, table.count, result)) return;
   Kokkos::parallel_reduce(
       "bmt::sum_squares", flat_range(table.total()),
-      KOKKOS_LAMBDA(std::int64_t i, float& acc) {
+      KOKKOS_LAMBDA(std::int64_t i, double& acc) {
         std::int64_t local = 0;
         const int t = table.locate(i, &local);
-        const float v = to_f32(static_cast<const T*>(table.data[t])[local]);
+        const double v = to_f32(static_cast<const T*>(table.data[t])[local]);
         acc += v * v;
       },
-      ScalarF32(result));
+      ScalarF64(result));
 }
 
 }  // namespace
@@ -343,24 +346,36 @@ bool has_inf_nan(const std::vector<Tensor>& tensors) {
   return flag != 0;
 }
 
-Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
+Tensor global_sum_squares(const std::vector<Tensor>& tensors) {
   using namespace kernels;
   std::vector<Tensor> keep;
-  const auto tables = make_tables(tensors, keep, "global_l2_norm");
-  Tensor partial = Tensor::zeros({static_cast<std::int64_t>(std::max<std::size_t>(tables.size(), 1))}, DType::f32);
-  float* p = partial.data_as<float>();
-  for (std::size_t k = 0; k < tables.size(); ++k) {
-    float* slot = p + k;
-    BMT_DISPATCH_FLOAT(tables[k].first, "global_l2_norm", T, { sum_squares_kernel<T>(tables[k].first, tables[k].second, slot); });
+  const auto tables = make_tables(tensors, keep, "global_sum_squares");
+  // One f64 partial per table; there is no f64 dtype, so they live in i64 storage of the same size.
+  static_assert(sizeof(double) == dtype_size(DType::i64));
+  const std::int64_t count = static_cast<std::int64_t>(tables.size());
+  Tensor partial = Tensor::zeros({std::max<std::int64_t>(count, 1)}, DType::i64);
+  double* p = static_cast<double*>(partial.data());
+  for (std::int64_t k = 0; k < count; ++k) {
+    double* slot = p + k;
+    BMT_DISPATCH_FLOAT(tables[k].first, "global_sum_squares", T, { sum_squares_kernel<T>(tables[k].first, tables[k].second, slot); });
   }
-  Tensor norm = Tensor::empty({}, DType::f32);
-  float* pn = norm.data_as<float>();
-  const std::int64_t count = partial.numel();
-  Kokkos::parallel_for("bmt::global_l2_norm", flat_range(1), KOKKOS_LAMBDA(std::int64_t) {
-    float s = 0.0f;
+  Tensor sum = Tensor::empty({}, DType::f32);
+  float* ps = sum.data_as<float>();
+  Kokkos::parallel_for("bmt::global_sum_squares", flat_range(1), KOKKOS_LAMBDA(std::int64_t) {
+    double s = 0.0;
     for (std::int64_t k = 0; k < count; ++k) s += p[k];
-    pn[0] = kmath::sqrt(s);
+    ps[0] = static_cast<float>(s);
   });
+  return sum;
+}
+
+Tensor global_l2_norm(const std::vector<Tensor>& tensors) {
+  const Tensor sum = global_sum_squares(tensors);
+  Tensor norm = Tensor::empty({}, DType::f32);
+  const float* ps = sum.data_as<float>();
+  float* pn = norm.data_as<float>();
+  Kokkos::parallel_for("bmt::global_l2_norm", kernels::flat_range(1),
+                       KOKKOS_LAMBDA(std::int64_t) { pn[0] = kmath::sqrt(ps[0]); });
   return norm;
 }
 

@@ -1,10 +1,11 @@
 // CUDA side of reduce.cpp's reductions (fast_path.hpp). No atomics anywhere: partials are added in a
 // fixed order, so every result is the same on every run.
 //
-// Multi-tensor sum of squares (global_l2_norm): one launch over a table of tensors, as AdamW's
+// Multi-tensor sum of squares (global_sum_squares): one launch over a table of tensors, as AdamW's
 // kernel does. Each block sums the squares of 8192 consecutive elements of one tensor (16-byte
-// loads, f32 accumulation, a block-wide team_reduce) into its own partial; one more block adds
-// the partials.
+// loads, f64 accumulation, then a block sum) into its own f64 partial; one more block adds the
+// partials. f64, as on the host: the sum must not depend on how the elements are split into
+// shards, or a gradient norm would depend on the number of ranks.
 //
 // Column sums (a bias gradient: dy [tokens, features] summed over tokens): a block takes 32
 // 16-byte column packs of a chunk of rows, 8 rows at a time, into f32; a second kernel adds each
@@ -32,8 +33,24 @@ struct Table {
   int count;
 };
 
+// The sum of one double a thread over the block, in a fixed order (a butterfly over each warp's
+// lanes, then the warps in order); valid in thread 0. At most kMaxWarps warps.
+constexpr int kMaxWarps = kFinalThreads / 32;
+__device__ __forceinline__ double block_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __shared__ double warp_sums[kMaxWarps];
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += warp_sums[w];
+  return total;
+}
+
+// The square of an f32 value is exact in f64, so only the additions round.
 template <class T>
-__global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_constant__ Table t, float* partial) {
+__global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_constant__ Table t, double* partial) {
   const std::int32_t b = static_cast<std::int32_t>(blockIdx.x);
   int lo = 0, hi = t.count - 1;  // the last tensor whose first block is <= b
   while (lo < hi) {
@@ -45,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_cons
   const std::int64_t begin = static_cast<std::int64_t>(b - t.first_block[lo]) * kChunk;
   const std::int64_t end = begin + kChunk < t.n[lo] ? begin + kChunk : t.n[lo];
   constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
-  float acc = 0.0f;
+  double acc = 0.0;
   std::int64_t i = begin;
   if (aligned16(p)) {  // begin is a multiple of kChunk, so p + begin is aligned too
     const std::int64_t packed_end = begin + (end - begin) / kVec * kVec;
@@ -55,34 +72,30 @@ __global__ void __launch_bounds__(kThreads) sum_squares_kernel(const __grid_cons
       float v[kVec];
       load<kVec>(p + j, v);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc += v[k] * v[k];
+      for (int k = 0; k < kVec; ++k) acc += static_cast<double>(v[k]) * v[k];
     }
     i = packed_end;
   }
   for (std::int64_t j = i + threadIdx.x; j < end; j += kThreads) {
     float v[1];
     load<1>(p + j, v);
-    acc += v[0] * v[0];
+    acc += static_cast<double>(v[0]) * v[0];
   }
-  __shared__ float team_scratch[kTeamScratchFloats];
-  TeamScratch scratch(team_scratch);
-  acc = team_reduce<SumOp>(acc, scratch);  // the block is one team
+  acc = block_sum(acc);
   if (threadIdx.x == 0) partial[b] = acc;
 }
 
 // *result = the sum of partial[0, n), in the same order every time.
-__global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const float* partial, std::int64_t n,
-                                                                   float* result) {
-  float acc = 0.0f;
+__global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const double* partial, std::int64_t n,
+                                                                   double* result) {
+  double acc = 0.0;
   for (std::int64_t j = threadIdx.x; j < n; j += kFinalThreads) acc += partial[j];
-  __shared__ float team_scratch[kTeamScratchFloats];
-  TeamScratch scratch(team_scratch);
-  acc = team_reduce<SumOp>(acc, scratch);
+  acc = block_sum(acc);
   if (threadIdx.x == 0) *result = acc;
 }
 
 template <class T>
-void launch(const void* const* data, const std::int64_t* end, int count, float* result) {
+void launch(const void* const* data, const std::int64_t* end, int count, double* result) {
   Table t{};
   std::int64_t blocks = 0, previous = 0;
   t.count = 0;
@@ -97,14 +110,16 @@ void launch(const void* const* data, const std::int64_t* end, int count, float* 
     ++t.count;
   }
   if (t.count == 0) {
-    BMT_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(float), stream()));
+    BMT_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), stream()));
     return;
   }
   t.first_block[t.count] = static_cast<std::int32_t>(blocks);
-  const Tensor partial = Tensor::empty({blocks}, DType::f32);
-  sum_squares_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(t, partial.data_as<float>());
+  // f64 partials in i64 storage of the same size (there is no f64 dtype).
+  const Tensor partial = Tensor::empty({blocks}, DType::i64);
+  double* p = static_cast<double*>(partial.data());
+  sum_squares_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(t, p);
   check_launch();
-  sum_partials_kernel<<<1, kFinalThreads, 0, stream()>>>(partial.data_as<float>(), blocks, result);
+  sum_partials_kernel<<<1, kFinalThreads, 0, stream()>>>(p, blocks, result);
   check_launch();
 }
 
@@ -213,7 +228,7 @@ bool column_sums(const Tensor& x, const Tensor& out, bool accumulate) {
   }
 }
 
-bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, float* result) {
+bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, int count, double* result) {
   if (!available() || count > kMaxTensors || (count > 0 && end[count - 1] / kChunk >= 0x7fffffff)) return false;
   switch (dtype) {
     case DType::f32: launch<float>(data, end, count, result); return true;

@@ -8,7 +8,6 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
 #include "bmtrain/kernels/math.hpp"
-#include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -22,12 +21,11 @@ Tensor global_grad_norm_squared(const std::vector<Optimizer*>& optimizers) {
     o->settle();
     for (auto& g : o->gradient_shards()) grads.push_back(g);
   }
-  // This rank's norm, squared and summed over ranks on the compute stream's communicator. The
-  // square of the rank's norm (not its sum of squares) is what is reduced, so the result is the
-  // same float as when the norm was read first and squared on the host.
+  // This rank's sum of squares, summed over ranks on the compute stream's communicator. Each rank's
+  // sum is accurate to its last bit (f64 accumulation), so the ranks' sums add up to the 1-rank
+  // value within one rounding per rank.
   auto& ctx = context();
-  const Tensor local = global_l2_norm(grads);
-  const Tensor sq = kernels::binary(kernels::BinaryOp::mul, local, local);
+  const Tensor sq = global_sum_squares(grads);
   ctx.world_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
   return sq;
 }

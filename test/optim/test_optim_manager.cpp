@@ -99,7 +99,8 @@ TEST(OptimManager, ClipsToTheGlobalNorm) {
   for (float v : g) sq += static_cast<double>(v) * v;
   const auto w0 = all_values(m);
   ASSERT_TRUE(manager.step());
-  EXPECT_NEAR(manager.last_grad_norm(), std::sqrt(sq), 1e-4 * std::sqrt(sq));
+  // The norm over every rank's shards is the float64 one to f32 rounding, at every world size.
+  EXPECT_NEAR(manager.last_grad_norm(), std::sqrt(sq), 1e-6 * std::sqrt(sq));
   // With lr 1 and no momentum the update is the clipped gradient: its norm is the clip value.
   const auto w1 = all_values(m);
   double moved = 0;
