@@ -1,6 +1,8 @@
 // One thread per query row (forward, dQ) or key row (dK, dV). Head vectors live in per-thread
 // arrays sized by the head dimension: exact for the common sizes 64 and 128 (registers on GPUs,
-// unrolled and vectorizable loops on CPUs), kMaxHeadDim-sized for the rest.
+// unrolled and vectorizable loops on CPUs), kMaxHeadDim-sized for the rest. Under grouped-query
+// attention query head h reads key/value head h / group; a key row's thread walks the queries of
+// every head of its group in turn, so dK and dV are summed over the group in a fixed order.
 #include "bmtrain/kernels/attention.hpp"
 
 #include "attention_seam.hpp"
@@ -30,10 +32,11 @@ struct HeadRows {
 };
 
 struct Dims {
-  std::int64_t b = 0, h = 0, tq = 0, tk = 0;
+  std::int64_t b = 0, h = 0, hk = 0, tq = 0, tk = 0;  // hk: key/value heads, dividing h
   int d = 0;
-  Shape queries() const { return {b, h, tq, d}; }  // q, out, dout, dq
-  Shape keys() const { return {b, h, tk, d}; }     // k, v, dk, dv
+  std::int64_t group() const { return hk > 0 ? h / hk : 1; }  // query heads per key/value head
+  Shape queries() const { return {b, h, tq, d}; }             // q, out, dout, dq
+  Shape keys() const { return {b, hk, tk, d}; }               // k, v, dk, dv
 };
 
 template <class T>
@@ -79,13 +82,13 @@ KOKKOS_INLINE_FUNCTION float dot(const float* a, const T* b, int n) {
 template <class T, int kD>
 void forward_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, HeadRows<const T> v, HeadRows<T> o,
                   float* lse, bool causal, float scale) {
-  const std::int64_t H = n.h, Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
+  const std::int64_t H = n.h, G = n.group(), Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
   const int d_runtime = n.d;
   Kokkos::parallel_for(
       "bmt::attention_forward", RowPolicy(space(), 0, n.b * n.h * n.tq), KOKKOS_LAMBDA(std::int64_t idx) {
         constexpr int kCap = kD > 0 ? kD : kMaxHeadDim;
         const int D = kD > 0 ? kD : d_runtime;
-        const std::int64_t i = idx % Tq, bh = idx / Tq, b = bh / H, h = bh % H;
+        const std::int64_t i = idx % Tq, bh = idx / Tq, b = bh / H, h = bh % H, hk = h / G;
         float qv[kCap], acc[kCap];
         const T* qr = q.row(b, h, i);
         for (int d = 0; d < D; ++d) {
@@ -99,7 +102,7 @@ void forward_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, HeadR
           float s[kKeyBlock];
           float block_max = m;
           for (int jj = 0; jj < jn; ++jj) {
-            s[jj] = dot(qv, k.row(b, h, j0 + jj), D);
+            s[jj] = dot(qv, k.row(b, hk, j0 + jj), D);
             block_max = s[jj] > block_max ? s[jj] : block_max;
           }
           if (block_max > m) {  // rescale what was accumulated against the old max
@@ -111,7 +114,7 @@ void forward_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, HeadR
           for (int jj = 0; jj < jn; ++jj) {
             const float p = kmath::exp(s[jj] - m);
             l += p;
-            const T* vr = v.row(b, h, j0 + jj);
+            const T* vr = v.row(b, hk, j0 + jj);
             for (int d = 0; d < D; ++d) acc[d] += p * to_f32(vr[d]);
           }
         }
@@ -127,13 +130,13 @@ template <class T, int kD>
 void backward_query_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, HeadRows<const T> v,
                          HeadRows<const T> o, HeadRows<const T> dout, const float* lse, float* delta,
                          HeadRows<T> dq, bool causal, float scale) {
-  const std::int64_t H = n.h, Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
+  const std::int64_t H = n.h, G = n.group(), Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
   const int d_runtime = n.d;
   Kokkos::parallel_for(
       "bmt::attention_backward_dq", RowPolicy(space(), 0, n.b * n.h * n.tq), KOKKOS_LAMBDA(std::int64_t idx) {
         constexpr int kCap = kD > 0 ? kD : kMaxHeadDim;
         const int D = kD > 0 ? kD : d_runtime;
-        const std::int64_t i = idx % Tq, bh = idx / Tq, b = bh / H, h = bh % H;
+        const std::int64_t i = idx % Tq, bh = idx / Tq, b = bh / H, h = bh % H, hk = h / G;
         float qv[kCap], dov[kCap], acc[kCap];
         const T* qr = q.row(b, h, i);
         const T* dor = dout.row(b, h, i);
@@ -147,9 +150,9 @@ void backward_query_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k
         const float li = lse[idx];
         const std::int64_t jend = causal ? i + shift + 1 : Tk;
         for (std::int64_t j = 0; j < jend; ++j) {
-          const T* kr = k.row(b, h, j);
+          const T* kr = k.row(b, hk, j);
           const float p = kmath::exp(dot(qv, kr, D) - li);
-          const float ds = p * (dot(dov, v.row(b, h, j), D) - di);
+          const float ds = p * (dot(dov, v.row(b, hk, j), D) - di);
           for (int d = 0; d < D; ++d) acc[d] += ds * to_f32(kr[d]);
         }
         T* dqr = dq.row(b, h, i);
@@ -157,21 +160,21 @@ void backward_query_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k
       });
 }
 
-// dK and dV, one thread per key row.
+// dK and dV, one thread per key row, summed over the query heads of its group.
 template <class T, int kD>
 void backward_key_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, HeadRows<const T> v,
                        HeadRows<const T> dout, const float* lse, const float* delta, HeadRows<T> dk, HeadRows<T> dv,
                        bool causal, float scale) {
-  const std::int64_t H = n.h, Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
+  const std::int64_t H = n.h, HK = n.hk, G = n.group(), Tq = n.tq, Tk = n.tk, shift = n.tk - n.tq;
   const int d_runtime = n.d;
   Kokkos::parallel_for(
-      "bmt::attention_backward_dkv", RowPolicy(space(), 0, n.b * n.h * n.tk), KOKKOS_LAMBDA(std::int64_t idx) {
+      "bmt::attention_backward_dkv", RowPolicy(space(), 0, n.b * n.hk * n.tk), KOKKOS_LAMBDA(std::int64_t idx) {
         constexpr int kCap = kD > 0 ? kD : kMaxHeadDim;
         const int D = kD > 0 ? kD : d_runtime;
-        const std::int64_t j = idx % Tk, bh = idx / Tk, b = bh / H, h = bh % H;
+        const std::int64_t j = idx % Tk, bhk = idx / Tk, b = bhk / HK, hk = bhk % HK;
         float kv[kCap], vv[kCap], dk_acc[kCap], dv_acc[kCap];
-        const T* kr = k.row(b, h, j);
-        const T* vr = v.row(b, h, j);
+        const T* kr = k.row(b, hk, j);
+        const T* vr = v.row(b, hk, j);
         for (int d = 0; d < D; ++d) {
           kv[d] = to_f32(kr[d]) * scale;
           vv[d] = to_f32(vr[d]);
@@ -179,20 +182,22 @@ void backward_key_rows(const Dims& n, HeadRows<const T> q, HeadRows<const T> k, 
           dv_acc[d] = 0.0f;
         }
         const std::int64_t istart = causal ? (j - shift > 0 ? j - shift : 0) : 0;
-        const float* lse_bh = lse + bh * Tq;
-        const float* delta_bh = delta + bh * Tq;
-        for (std::int64_t i = istart; i < Tq; ++i) {
-          const T* qr = q.row(b, h, i);
-          const T* dor = dout.row(b, h, i);
-          const float p = kmath::exp(dot(kv, qr, D) - lse_bh[i]);
-          const float ds = p * (dot(vv, dor, D) - delta_bh[i]);
-          for (int d = 0; d < D; ++d) {
-            dv_acc[d] += p * to_f32(dor[d]);
-            dk_acc[d] += ds * to_f32(qr[d]);
+        for (std::int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+          const float* lse_bh = lse + (b * H + h) * Tq;
+          const float* delta_bh = delta + (b * H + h) * Tq;
+          for (std::int64_t i = istart; i < Tq; ++i) {
+            const T* qr = q.row(b, h, i);
+            const T* dor = dout.row(b, h, i);
+            const float p = kmath::exp(dot(kv, qr, D) - lse_bh[i]);
+            const float ds = p * (dot(vv, dor, D) - delta_bh[i]);
+            for (int d = 0; d < D; ++d) {
+              dv_acc[d] += p * to_f32(dor[d]);
+              dk_acc[d] += ds * to_f32(qr[d]);
+            }
           }
         }
-        T* dkr = dk.row(b, h, j);
-        T* dvr = dv.row(b, h, j);
+        T* dkr = dk.row(b, hk, j);
+        T* dvr = dv.row(b, hk, j);
         for (int d = 0; d < D; ++d) {
           dkr[d] = from_f32<T>(dk_acc[d] * scale);
           dvr[d] = from_f32<T>(dv_acc[d]);
@@ -208,11 +213,15 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   Dims n;
   n.b = q.size(0);
   n.h = q.size(1);
+  n.hk = k.size(1);
   n.tq = q.size(2);
   n.tk = k.size(2);
   n.d = static_cast<int>(q.size(3));
   BMT_REQUIRE(q.size(3) >= 1 && q.size(3) <= kMaxHeadDim,
               op << ": expected a head dimension in [1, " << kMaxHeadDim << "], found " << q.size(3));
+  BMT_REQUIRE((n.hk >= 1 && n.h % n.hk == 0) || (n.h == 0 && n.hk == 0),
+              op << ": expected a number of key/value heads dividing the " << n.h << " query heads, found "
+                 << n.hk);
   BMT_REQUIRE(n.tk >= 1 || n.tq == 0, op << ": expected at least one key, found k of shape " << to_string(k.shape()));
   BMT_REQUIRE(!causal || n.tq <= n.tk, op << ": causal attention expected no more queries than keys, found Tq = "
                                           << n.tq << " and Tk = " << n.tk);

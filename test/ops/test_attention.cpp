@@ -5,15 +5,13 @@
 
 #include <cmath>
 #include <cstdlib>
-#ifdef BMT_ENABLE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 #include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/ops/attention.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/allocator.hpp"
+#include "attention_reference.hpp"
 #include "gradcheck.hpp"
 #include "reference_check.hpp"
 
@@ -23,105 +21,23 @@ namespace {
 using testing::expect_close;
 using testing::random_floats;
 
-struct Sizes {
-  std::int64_t B, H, Tq, Tk, D;
-};
-
-// The kernel family a tensor-core shape must take here: "wgmma" for a 64-wide head when the build
-// has Hopper code and runs on a Hopper device (unless BMT_ATTENTION_NO_WGMMA turns it off), else
-// "mma.sync". A build whose sm_90a code silently failed to load would run the mma.sync kernels
-// and leave the wgmma ones untested; this catches it.
-std::string expected_tensor_core_kernel(std::int64_t D) {
-#if defined(BMT_ENABLE_CUDA) && defined(BMT_TEST_EXPECT_WGMMA)
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9 &&
-      D == 64 && !std::getenv("BMT_ATTENTION_NO_WGMMA"))
-    return "wgmma";
-#else
-  (void)D;
-#endif
-  return "mma.sync";
-}
-
-struct AttentionReference {
-  std::vector<double> out, dq, dk, dv;
-};
-
-// q [B, H, Tq, D], k/v [B, H, Tk, D], dout like q; everything in float64.
-AttentionReference attention_reference(const Sizes& s, const std::vector<float>& q, const std::vector<float>& k,
-                                       const std::vector<float>& v, const std::vector<float>& dout, bool causal,
-                                       double scale) {
-  AttentionReference r;
-  r.out.assign(q.size(), 0.0);
-  r.dq.assign(q.size(), 0.0);
-  r.dk.assign(k.size(), 0.0);
-  r.dv.assign(v.size(), 0.0);
-  const std::int64_t D = s.D;
-  for (std::int64_t bh = 0; bh < s.B * s.H; ++bh) {
-    const float* Q = q.data() + bh * s.Tq * D;
-    const float* K = k.data() + bh * s.Tk * D;
-    const float* V = v.data() + bh * s.Tk * D;
-    const float* dO = dout.data() + bh * s.Tq * D;
-    for (std::int64_t i = 0; i < s.Tq; ++i) {
-      const std::int64_t jend = causal ? i + (s.Tk - s.Tq) + 1 : s.Tk;
-      std::vector<double> p(jend);
-      double m = -1e300;
-      for (std::int64_t j = 0; j < jend; ++j) {
-        double dot = 0;
-        for (std::int64_t d = 0; d < D; ++d) dot += double(Q[i * D + d]) * K[j * D + d];
-        p[j] = dot * scale;
-        m = std::max(m, p[j]);
-      }
-      double sum = 0;
-      for (auto& x : p) sum += (x = std::exp(x - m));
-      for (auto& x : p) x /= sum;
-      // out, dV, and dP = dO V^T
-      std::vector<double> dp(jend, 0.0);
-      double delta = 0;
-      for (std::int64_t j = 0; j < jend; ++j)
-        for (std::int64_t d = 0; d < D; ++d) {
-          r.out[(bh * s.Tq + i) * D + d] += p[j] * V[j * D + d];
-          r.dv[(bh * s.Tk + j) * D + d] += p[j] * dO[i * D + d];
-          dp[j] += double(dO[i * D + d]) * V[j * D + d];
-        }
-      for (std::int64_t j = 0; j < jend; ++j) delta += p[j] * dp[j];
-      for (std::int64_t j = 0; j < jend; ++j) {
-        const double ds = p[j] * (dp[j] - delta) * scale;
-        for (std::int64_t d = 0; d < D; ++d) {
-          r.dq[(bh * s.Tq + i) * D + d] += ds * K[j * D + d];
-          r.dk[(bh * s.Tk + j) * D + d] += ds * Q[i * D + d];
-        }
-      }
-    }
-  }
-  return r;
-}
-
-// [B, H, T, D] <-> [B, T, H, D]
-std::vector<float> swap_heads_and_time(const std::vector<float>& x, std::int64_t B, std::int64_t A, std::int64_t C,
-                                       std::int64_t D) {
-  std::vector<float> y(x.size());
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t a = 0; a < A; ++a)
-      for (std::int64_t c = 0; c < C; ++c)
-        for (std::int64_t d = 0; d < D; ++d) y[((b * C + c) * A + a) * D + d] = x[((b * A + a) * C + c) * D + d];
-  return y;
-}
+using Sizes = testing::AttentionSizes;
+using testing::attention_reference;
+using testing::expected_tensor_core_kernel;
+using testing::swap_heads_and_time;
 
 void check_against_reference(const Sizes& s, bool causal, std::uint32_t seed, double tol) {
-  const auto q = random_floats(s.B * s.H * s.Tq * s.D, seed, -1.5f, 1.5f);
-  const auto k = random_floats(s.B * s.H * s.Tk * s.D, seed + 1, -1.5f, 1.5f);
-  const auto v = random_floats(s.B * s.H * s.Tk * s.D, seed + 2);
-  const auto dout = random_floats(s.B * s.H * s.Tq * s.D, seed + 3);
+  const auto q = random_floats(s.queries(), seed, -1.5f, 1.5f);
+  const auto k = random_floats(s.keys(), seed + 1, -1.5f, 1.5f);
+  const auto v = random_floats(s.keys(), seed + 2);
+  const auto dout = random_floats(s.queries(), seed + 3);
   const double scale = 1.0 / std::sqrt(double(s.D));
   const auto ref = attention_reference(s, q, k, v, dout, causal, scale);
-  const std::string what = "B=" + std::to_string(s.B) + " H=" + std::to_string(s.H) + " Tq=" + std::to_string(s.Tq) +
-                           " Tk=" + std::to_string(s.Tk) + " D=" + std::to_string(s.D) + (causal ? " causal" : "");
+  const std::string what = s.describe() + (causal ? " causal" : "");
   const auto r = testing::forward_backward(
       [causal](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal); },
-      {Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}), Tensor::from_floats(k, {s.B, s.H, s.Tk, s.D}),
-       Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D})},
+      {Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}), Tensor::from_floats(k, {s.B, s.kv_heads(), s.Tk, s.D}),
+       Tensor::from_floats(v, {s.B, s.kv_heads(), s.Tk, s.D})},
       {true, true, true}, dout);
   expect_close(r.output, ref.out, tol, tol, what + " out");
   expect_close(r.grads[0], ref.dq, tol, tol, what + " dq");
@@ -150,6 +66,40 @@ TEST(Attention, MoreKeysThanQueries) {
   check_against_reference({1, 1, 1, 17, 16}, true, 320, 2e-5);  // one query sees every key
 }
 
+// Grouped-query attention against the multi-head reference with each key/value head repeated for
+// the query heads of its group: groups of 2, 3 and 4 heads, one key/value head (multi-query), more
+// keys than queries, the head sizes with their own instantiations, and Hk = H given explicitly.
+TEST(Attention, GroupedQueryMatchesRepeatedKeyValueHeads) {
+  std::uint32_t seed = 400;
+  for (bool causal : {true, false}) {
+    check_against_reference({2, 4, 9, 9, 8, 2}, causal, seed += 4, 2e-5);
+    check_against_reference({1, 6, 7, 7, 16, 2}, causal, seed += 4, 2e-5);
+    check_against_reference({1, 6, 7, 7, 16, 3}, causal, seed += 4, 2e-5);
+    check_against_reference({2, 4, 5, 11, 8, 1}, causal, seed += 4, 2e-5);
+    check_against_reference({1, 4, 19, 19, 64, 2}, causal, seed += 4, 2e-5);
+    check_against_reference({1, 2, 6, 6, 128, 1}, causal, seed += 4, 2e-5);
+    check_against_reference({1, 3, 6, 6, 5, 3}, causal, seed += 4, 2e-5);
+  }
+}
+
+// A grouped-query backward sums each key/value head's gradient over its group in a fixed order:
+// two runs give the same bits.
+TEST(Attention, GroupedQueryGradientsAreTheSameOnEveryRun) {
+  const Sizes s{2, 8, 67, 67, 64, 2};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    auto run = [&] {
+      return testing::forward_backward(
+          [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2]); },
+          {testing::random_tensor({s.B, s.H, s.Tq, s.D}, 450, -1, 1, dt),
+           testing::random_tensor({s.B, s.kv_heads(), s.Tk, s.D}, 451, -1, 1, dt),
+           testing::random_tensor({s.B, s.kv_heads(), s.Tk, s.D}, 452, -1, 1, dt)},
+          {true, true, true}, random_floats(s.queries(), 453));
+    };
+    const auto a = run(), b = run();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(a.grads[i], b.grads[i]) << dtype_name(dt) << " gradient " << i;
+  }
+}
+
 TEST(Attention, GradientsMatchFiniteDifferences) {
   for (bool causal : {true, false}) {
     testing::gradcheck(
@@ -162,6 +112,16 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
       [](const std::vector<Tensor>& in) { return attention_bthd(in[0], in[1], in[2], true, 0.7f); },
       {testing::random_tensor({2, 4, 2, 3}, 14), testing::random_tensor({2, 4, 2, 3}, 15),
        testing::random_tensor({2, 4, 2, 3}, 16)});
+  // Grouped-query: two query heads a key/value head, and one key/value head for all (BTHD).
+  for (bool causal : {true, false})
+    testing::gradcheck(
+        [causal](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal); },
+        {testing::random_tensor({1, 4, 5, 4}, 17), testing::random_tensor({1, 2, 5, 4}, 18),
+         testing::random_tensor({1, 2, 5, 4}, 19)});
+  testing::gradcheck(
+      [](const std::vector<Tensor>& in) { return attention_bthd(in[0], in[1], in[2]); },
+      {testing::random_tensor({2, 4, 3, 3}, 20), testing::random_tensor({2, 4, 1, 3}, 21),
+       testing::random_tensor({2, 4, 1, 3}, 22)});
 }
 
 TEST(Attention, CustomScale) {
@@ -212,6 +172,30 @@ TEST(Attention, FusedProjectionSplitIntoHeads) {
   sum(mul(attention_bthd(separate[0], separate[1], separate[2]), weights)).backward();
   const Tensor joined = concat({separate[0].grad().view({B, T, C}), separate[1].grad().view({B, T, C}),
                                 separate[2].grad().view({B, T, C})}, -1);
+  EXPECT_EQ(fused.grad().to_host_floats(), joined.to_host_floats());
+}
+
+// A grouped-query projection [B, T, (H + 2 Hk) D], as a Llama block makes it, split into q, k and
+// v of different widths: no copy on the way in, and one gradient buffer for the three on the way
+// back, equal to the gradients of separate inputs.
+TEST(Attention, GroupedQueryProjectionSplitIntoHeads) {
+  const std::int64_t B = 2, T = 9, H = 4, Hk = 2, D = 8, C = H * D, Ck = Hk * D;
+  const auto qkv = random_floats(B * T * (C + 2 * Ck), 37);
+  const auto w = random_floats(B * T * C, 38);
+  Tensor fused = Tensor::from_floats(qkv, {B, T, C + 2 * Ck}).set_requires_grad(true);
+  const auto p = split(fused, {C, Ck, Ck}, -1);
+  const std::vector<Tensor> heads{reshape(p[0], {B, T, H, D}), reshape(p[1], {B, T, Hk, D}),
+                                  reshape(p[2], {B, T, Hk, D})};
+  for (const Tensor& t : heads) EXPECT_EQ(t.storage(), fused.storage());
+  const Tensor weights = Tensor::from_floats(w, {B, T, H, D});
+  sum(mul(attention_bthd(heads[0], heads[1], heads[2]), weights)).backward();
+
+  std::vector<Tensor> separate;
+  for (std::size_t i = 0; i < 3; ++i)
+    separate.push_back(contiguous(heads[i].detach()).set_requires_grad(true));
+  sum(mul(attention_bthd(separate[0], separate[1], separate[2]), weights)).backward();
+  const Tensor joined = concat({separate[0].grad().view({B, T, C}), separate[1].grad().view({B, T, Ck}),
+                                separate[2].grad().view({B, T, Ck})}, -1);
   EXPECT_EQ(fused.grad().to_host_floats(), joined.to_host_floats());
 }
 
@@ -274,19 +258,22 @@ TEST(Attention, TensorCoreShapes) {
   };
   const Case cases[] = {{{1, 2, 64, 64, 64}, true},    {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
                         {{1, 1, 300, 300, 64}, true},  {{1, 1, 70, 200, 64}, true},  {{1, 1, 70, 200, 128}, true},
-                        {{1, 1, 1, 65, 128}, true},    {{2, 2, 129, 129, 128}, false}};
+                        {{1, 1, 1, 65, 128}, true},    {{2, 2, 129, 129, 128}, false},
+                        // grouped-query attention: dK/dV walk the query tiles of 2, 4 or 8 heads
+                        {{2, 4, 100, 100, 64, 2}, true}, {{1, 8, 70, 200, 64, 1}, true},
+                        {{1, 4, 129, 129, 128, 2}, false}, {{2, 6, 65, 65, 128, 3}, true}};
   std::uint32_t seed = 600;
   for (DType dt : {DType::bf16, DType::f16}) {
     const double tol = dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
     for (const Case& c : cases) {
       const Sizes& s = c.s;
-      const auto q = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, seed++, -1.5f, 1.5f), dt);
-      const auto k = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, seed++, -1.5f, 1.5f), dt);
-      const auto v = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, seed++), dt);
-      const auto w = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, seed++), dt);
+      const auto q = testing::rounded_to(random_floats(s.queries(), seed++, -1.5f, 1.5f), dt);
+      const auto k = testing::rounded_to(random_floats(s.keys(), seed++, -1.5f, 1.5f), dt);
+      const auto v = testing::rounded_to(random_floats(s.keys(), seed++), dt);
+      const auto w = testing::rounded_to(random_floats(s.queries(), seed++), dt);
       const Tensor qt = Tensor::from_floats(q, {s.B, s.H, s.Tq, s.D}, dt);
-      const Tensor kt = Tensor::from_floats(k, {s.B, s.H, s.Tk, s.D}, dt);
-      const Tensor vt = Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D}, dt);
+      const Tensor kt = Tensor::from_floats(k, {s.B, s.kv_heads(), s.Tk, s.D}, dt);
+      const Tensor vt = Tensor::from_floats(v, {s.B, s.kv_heads(), s.Tk, s.D}, dt);
 #ifdef BMT_ENABLE_CUDA
       ASSERT_TRUE(kernels::attention_uses_tensor_cores(qt, kt, vt));
       ASSERT_EQ(std::string(kernels::attention_kernel_name(qt, kt, vt)), expected_tensor_core_kernel(s.D));
@@ -297,8 +284,7 @@ TEST(Attention, TensorCoreShapes) {
       const auto r = testing::forward_backward(
           [&](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], c.causal); }, {qt, kt, vt},
           {true, true, true}, w);
-      const std::string what = std::string(dtype_name(dt)) + " Tq=" + std::to_string(s.Tq) +
-                               " Tk=" + std::to_string(s.Tk) + " D=" + std::to_string(s.D);
+      const std::string what = std::string(dtype_name(dt)) + " " + s.describe();
       expect_close(r.output, ref.out, tol, tol, what + " out");
       expect_close(r.grads[0], ref.dq, tol, tol, what + " dq");
       expect_close(r.grads[1], ref.dk, tol, tol, what + " dk");
@@ -353,6 +339,11 @@ TEST(Attention, RejectsBadShapes) {
   EXPECT_THROW(attention(Tensor::zeros({1, 4, 8}), a, a), Error);
   const Tensor big = Tensor::zeros({1, 1, 2, 512});
   EXPECT_THROW(attention(big, big, big), Error);
+  // Key/value heads must divide the query heads, and k and v agree on them.
+  const Tensor q4 = Tensor::zeros({1, 4, 4, 8});
+  EXPECT_THROW(attention(q4, Tensor::zeros({1, 3, 4, 8}), Tensor::zeros({1, 3, 4, 8})), Error);
+  EXPECT_THROW(attention(q4, Tensor::zeros({1, 2, 4, 8}), Tensor::zeros({1, 1, 4, 8})), Error);
+  EXPECT_THROW(attention(q4, Tensor::zeros({1, 8, 4, 8}), Tensor::zeros({1, 8, 4, 8})), Error);
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // behind lib/kernels/fast_path.hpp: 16-byte packs (widths divisible by 8), element-wise loads (odd
 // widths, operands that start off a 16-byte boundary), one warp or a wider team per row, rows too
 // wide for registers (the portable kernels), a vocabulary row that starts anywhere (50257), and the
-// deterministic embedding gradient (bitwise equal on a second run). On the host build the same
-// checks hold for the portable kernels.
+// deterministic embedding gradient (bitwise equal on a second run). Grouped-query attention at
+// the inputs of each attention kernel family (wgmma, mma.sync, portable). On the host build the
+// same checks hold for the portable kernels.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "bmtrain/kernels/attention.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/cross_entropy.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
@@ -20,6 +22,7 @@
 #include "bmtrain/kernels/norm.hpp"
 #include "bmtrain/kernels/softmax.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "attention_reference.hpp"
 #include "gradcheck.hpp"
 #include "reference_check.hpp"
 
@@ -525,6 +528,65 @@ TEST(KernelPaths, EmbeddingIndexMustMatchTheIds) {
     want[8 + c] = 1.0f;
   }
   EXPECT_EQ(grad_weight.to_host_floats(), want);
+}
+
+// ---- Grouped-query attention ------------------------------------------------------------------
+
+// The attention kernels called directly on a grouped-query problem in the layout a Llama block
+// gives them: q, k and v are [B, T, heads, D] views of one [B, T, (H + 2 Hk) D] projection, read
+// as [B, heads, T, D] through their strides. `offset` shifts the projection by that many elements
+// (one puts every row off a 16-byte boundary, which the tensor-core kernels decline). Checked
+// against the reference that repeats each key/value head for its group, and, for the
+// deterministic sums over a group, against a second run bit for bit.
+void check_grouped_query(const testing::AttentionSizes& s, DType dt, std::int64_t offset, const char* family,
+                         std::uint32_t seed) {
+  ASSERT_EQ(s.Tq, s.Tk);
+  const std::int64_t B = s.B, T = s.Tq, H = s.H, Hk = s.kv_heads(), D = s.D, width = (H + 2 * Hk) * D;
+  const std::string what = s.describe() + " " + dtype_name(dt) + (offset ? " unaligned" : "");
+  const auto qkv = rounded_to(random_floats(B * T * width, seed, -1.5f, 1.5f), dt);
+  const auto dout_bthd = rounded_to(random_floats(B * T * H * D, seed + 1), dt);
+  const Tensor fused = make(qkv, {B, T, width}, dt, offset);
+  auto heads = [&](std::int64_t first, std::int64_t n) {
+    return fused.slice(2, first * D, (first + n) * D).view({B, T, n, D}).transpose(1, 2);
+  };
+  const Tensor q = heads(0, H), k = heads(H, Hk), v = heads(H + Hk, Hk);
+  const Tensor dout = make(dout_bthd, {B, T, H, D}, dt).transpose(1, 2);
+#ifdef BMT_ENABLE_CUDA
+  ASSERT_EQ(std::string(kernels::attention_kernel_name(q, k, v)), family) << what;
+#else
+  (void)family;
+  ASSERT_EQ(std::string(kernels::attention_kernel_name(q, k, v)), "portable") << what;
+#endif
+  const Tensor out = Tensor::empty({B, H, T, D}, dt), lse = Tensor::empty({B, H, T});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  kernels::attention_forward(q, k, v, true, scale, out, lse);
+  auto backward = [&] {
+    std::vector<Tensor> g{Tensor::empty({B, H, T, D}, dt), Tensor::empty({B, Hk, T, D}, dt),
+                          Tensor::empty({B, Hk, T, D}, dt)};
+    kernels::attention_backward(q, k, v, out, dout, lse, true, scale, g[0], g[1], g[2]);
+    return g;
+  };
+  const std::vector<Tensor> grads = backward(), again = backward();
+  // The reference in [B, heads, T, D].
+  auto bhtd = [&](const Tensor& t) { return contiguous(t).to_host_floats(); };
+  const auto ref = testing::attention_reference(s, bhtd(q), bhtd(k), bhtd(v), bhtd(dout), true, scale);
+  // Tolerances: f32 to its rounding; 16-bit results rounded once, probabilities and dS once more.
+  const double tol = dt == DType::f32 ? 2e-5 : dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
+  testing::expect_close(out.to_host_floats(), ref.out, tol, tol, what + " out");
+  testing::expect_close(grads[0].to_host_floats(), ref.dq, tol, tol, what + " dq");
+  testing::expect_close(grads[1].to_host_floats(), ref.dk, tol, tol, what + " dk");
+  testing::expect_close(grads[2].to_host_floats(), ref.dv, tol, tol, what + " dv");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(grads[i].to_host_floats(), again[i].to_host_floats()) << what << ": gradient " << i << " differs";
+}
+
+TEST(KernelPaths, GroupedQueryAttentionOnEveryPath) {
+  const std::string wgmma_or_mma = testing::expected_tensor_core_kernel(64);
+  check_grouped_query({2, 8, 130, 130, 64, 2}, DType::bf16, 0, wgmma_or_mma.c_str(), 1000);
+  check_grouped_query({1, 4, 97, 97, 64, 1}, DType::f16, 0, wgmma_or_mma.c_str(), 1010);
+  check_grouped_query({1, 6, 70, 70, 128, 2}, DType::bf16, 0, "mma.sync", 1020);
+  check_grouped_query({1, 4, 33, 33, 64, 2}, DType::bf16, 1, "portable", 1030);
+  check_grouped_query({2, 6, 21, 21, 16, 3}, DType::f32, 0, "portable", 1040);
 }
 
 }  // namespace

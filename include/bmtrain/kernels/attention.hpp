@@ -10,8 +10,12 @@
 // one pass over query rows for dQ (which also writes D) and one over key rows for dK and dV, so
 // every output row has a single writer: no atomics, deterministic results.
 //
-// Layout: q is [B, H, Tq, D], k and v are [B, H, Tk, D], out/dout/dq [B, H, Tq, D], dk/dv
-// [B, H, Tk, D]: logical shapes with any strides in the first three dimensions and unit stride
+// Grouped-query attention: k and v may have fewer heads Hk than q's H, Hk dividing H; query head h
+// reads key/value head h / (H / Hk), and dK, dV sum over the H / Hk query heads of a group (in a
+// fixed order: deterministic). Hk = H is multi-head attention, Hk = 1 multi-query attention.
+//
+// Layout: q is [B, H, Tq, D], k and v are [B, Hk, Tk, D], out/dout/dq [B, H, Tq, D], dk/dv
+// [B, Hk, Tk, D]: logical shapes with any strides in the first three dimensions and unit stride
 // along D. A [B, T, H, D] tensor passes as its transpose(1, 2) with no copy (see
 // bmt::attention_bthd). lse: contiguous f32 [B, H, Tq]. All of q, k, v, out, dout, dq, dk, dv share
 // one floating dtype; scores, softmax statistics and accumulators are f32.

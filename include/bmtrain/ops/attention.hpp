@@ -11,8 +11,10 @@
 // projection produces, [B, T, H, D], with no transpose copy (strided views, e.g. of one fused
 // [B, T, 3, H, D] projection, are read in place), and writes its output in that layout too, so the
 // output projection follows with a reshape to [B, T, H * D] and no copy.
-// k and v may have a different length Tk from q's Tq; causal masking then aligns the last query
-// with the last key (query i sees keys j <= i + Tk - Tq) and needs Tq <= Tk.
+// k and v may have fewer heads than q (grouped-query attention: Hk key/value heads, Hk dividing H,
+// query head h attending with key/value head h / (H / Hk); their gradients sum over the group), and
+// a different length Tk from q's Tq; causal masking then aligns the last query with the last key
+// (query i sees keys j <= i + Tk - Tq) and needs Tq <= Tk.
 // scale defaults to 1 / sqrt(D). q, k, v share one floating dtype; statistics are f32.
 #include <optional>
 
