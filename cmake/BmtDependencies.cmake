@@ -35,9 +35,36 @@ if(BMT_ENABLE_CUDA)
     set(BMT_CUDA_TARGETS_SM90A TRUE)
   endif()
 else()
-  find_package(BLAS REQUIRED)  # BLAS::BLAS
-  find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread)
+  # The host GEMM calls cblas_sgemm (cblas.h): a BLAS with the CBLAS interface, as BLAS::BLAS.
+  # BMT_BLAS_LIBRARIES names its libraries where the builder knows them (Spack's recipe passes its
+  # provider's); otherwise FindBLAS looks for one (BLA_VENDOR picks among several).
+  set(BMT_BLAS_LIBRARIES "" CACHE STRING "BLAS libraries with cblas_sgemm (empty: FindBLAS finds them)")
+  if(BMT_BLAS_LIBRARIES)
+    add_library(BLAS::BLAS INTERFACE IMPORTED)
+    set_target_properties(BLAS::BLAS PROPERTIES INTERFACE_LINK_LIBRARIES "${BMT_BLAS_LIBRARIES}")
+  else()
+    find_package(BLAS REQUIRED)
+  endif()
+  find_path(CBLAS_INCLUDE_DIR cblas.h
+            PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread blis flexiblas)
   if(NOT CBLAS_INCLUDE_DIR)
-    message(FATAL_ERROR "The CPU build needs a CBLAS header (cblas.h, e.g. from libopenblas-dev); none found")
+    message(FATAL_ERROR "The CPU build needs a CBLAS header: expected cblas.h (e.g. from libopenblas-dev, "
+                        "or -DCBLAS_INCLUDE_DIR=<dir>), found none")
+  endif()
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_INCLUDES ${CBLAS_INCLUDE_DIR})
+  set(CMAKE_REQUIRED_LIBRARIES BLAS::BLAS)
+  set(CMAKE_REQUIRED_QUIET ON)
+  check_cxx_source_compiles([[
+    #include <cblas.h>
+    int main() { float a = 1, b = 1, c = 0; cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1); return 0; }
+  ]] BMT_BLAS_HAS_CBLAS)
+  unset(CMAKE_REQUIRED_INCLUDES)
+  unset(CMAKE_REQUIRED_LIBRARIES)
+  unset(CMAKE_REQUIRED_QUIET)
+  if(NOT BMT_BLAS_HAS_CBLAS)
+    get_target_property(_bmt_blas_libs BLAS::BLAS INTERFACE_LINK_LIBRARIES)
+    message(FATAL_ERROR "The CPU build needs a BLAS with the CBLAS interface: expected cblas_sgemm from "
+                        "cblas.h in ${CBLAS_INCLUDE_DIR} to link with '${_bmt_blas_libs}', found it does not")
   endif()
 endif()
