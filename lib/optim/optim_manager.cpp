@@ -87,11 +87,7 @@ bool OptimManager::step() {
   settle();
   timeline::Span span(context().compute_stream(), "optimizer step");
   std::vector<Optimizer*> opts;
-  for (auto& [o, s] : optimizers_) {
-    BMT_REQUIRE(s, "OptimManager::step: expected an LR scheduler for " << o->name()
-                                                                       << " (add_optimizer(optimizer, scheduler))");
-    opts.push_back(o);
-  }
+  for (auto& [o, s] : optimizers_) opts.push_back(o);
   const Tensor norm_sq = global_grad_norm_squared(opts);
   GradScale scale;
   if (options_.defer_norm_read) {
@@ -112,9 +108,9 @@ bool OptimManager::step() {
       scale.value *= options_.clip_grad_norm / (last_norm_ + 1e-6f);
   }
   for (auto& [o, s] : optimizers_) {
-    last_lr_ = s->current_lr();
+    last_lr_ = s ? s->current_lr() : o->learning_rate();
     o->step(last_lr_, scale);
-    s->step();
+    if (s) s->step();
   }
   if (!options_.defer_norm_read) raise_scale_after_clean_step();
   return true;

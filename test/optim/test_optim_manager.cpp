@@ -230,3 +230,36 @@ TEST(OptimManager, DeferredNormReadTakesTheSameSteps) {
     EXPECT_EQ(later.last_norm, now.last_norm) << what;
   }
 }
+
+namespace {
+
+// An optimizer added without a scheduler steps at its options' learning rate: the same steps as
+// with a constant schedule at that rate, and a different trajectory at another rate.
+std::vector<float> after_two_steps(float options_lr, bmt::optim::LRScheduler* schedule) {
+  Model m;
+  bmt::init_parameters(m);
+  bmt::optim::AdamWOptions options;
+  options.lr = options_lr;
+  bmt::optim::AdamW adamw(m, options);
+  bmt::optim::OptimManager manager;
+  manager.add_optimizer(adamw, schedule);
+  for (int step = 0; step < 2; ++step) {
+    manager.backward(m.loss(input(step)));
+    manager.step();
+    manager.zero_grad();
+    EXPECT_EQ(manager.last_lr(), schedule ? schedule->current_lr() : options_lr);
+  }
+  return all_values(m);
+}
+
+}  // namespace
+
+TEST(OptimManager, WithoutASchedulerTheOptimizersLearningRateApplies) {
+  bmt::optim::ConstantLR constant(0.05f, /*warmup_steps=*/0);
+  const auto scheduled = after_two_steps(0.001f, &constant);
+  const auto own = after_two_steps(0.05f, nullptr);
+  const auto other = after_two_steps(0.001f, nullptr);
+  ASSERT_EQ(own.size(), scheduled.size());
+  for (std::size_t i = 0; i < own.size(); ++i) ASSERT_EQ(own[i], scheduled[i]) << i;
+  EXPECT_NE(own, other);
+}

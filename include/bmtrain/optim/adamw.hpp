@@ -18,6 +18,7 @@ struct AdamWOptions {
   float weight_decay = 0.01f;
   bool offload = false;
   bool (*decay)(const std::string&, const Shape&) = decay_matrices;
+  float lr = 1e-3f;  // the learning rate when no LRScheduler is given to OptimManager::add_optimizer
 };
 
 class AdamW final : public Optimizer {
@@ -26,6 +27,7 @@ class AdamW final : public Optimizer {
   using Optimizer::step;
   void step(float lr, const GradScale& scale) override;
   std::string name() const override { return options_.offload ? "AdamW (offloaded)" : "AdamW"; }
+  float learning_rate() const override { return options_.lr; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
   void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) override;
   const AdamWOptions& options() const { return options_; }

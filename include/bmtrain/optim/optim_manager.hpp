@@ -46,6 +46,7 @@ struct OptimManagerOptions {
 class OptimManager {
  public:
   explicit OptimManager(OptimManagerOptions options = {});
+  // Without a scheduler the optimizer steps at the learning rate of its own options (AdamWOptions::lr).
   void add_optimizer(Optimizer& optimizer, LRScheduler* scheduler = nullptr);
 
   // Backward of loss * loss_scale / accumulation_steps.

@@ -35,6 +35,8 @@ class Optimizer {
   virtual void step(float lr, const GradScale& scale) = 0;
   void step(float lr, float grad_scale) { step(lr, GradScale{grad_scale, Tensor()}); }
   virtual std::string name() const = 0;
+  // The learning rate of its options, which OptimManager uses for an optimizer added without a scheduler.
+  virtual float learning_rate() const = 0;
 
   // The tensors that make up the optimizer's state for storage `s` (this rank's shards), by
   // name ("master", "exp_avg", ...), for checkpoints.

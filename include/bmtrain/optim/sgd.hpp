@@ -9,6 +9,7 @@ struct SGDOptions {
   bool nesterov = false;
   float weight_decay = 0.0f;
   bool (*decay)(const std::string&, const Shape&) = decay_matrices;
+  float lr = 0.01f;  // the learning rate when no LRScheduler is given to OptimManager::add_optimizer
 };
 
 class SGD final : public Optimizer {
@@ -16,6 +17,7 @@ class SGD final : public Optimizer {
   SGD(Module& model, SGDOptions options = {});
   using Optimizer::step;
   void step(float lr, const GradScale& scale) override;
+  float learning_rate() const override { return options_.lr; }
   std::string name() const override { return "SGD"; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
 
