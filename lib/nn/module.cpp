@@ -26,6 +26,7 @@ void Module::register_module(const std::string& name, Module& module) {
   for (const auto& [n, m] : children_)
     BMT_REQUIRE(n != name, "register_module: expected a new name, found '" << name << "' registered twice");
   children_.emplace_back(name, &module);
+  module.parent_ = this;
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(const std::string& prefix) const {

@@ -75,8 +75,7 @@ class BlockSequence final : public autograd::Function {
     BMT_REQUIRE(!blocks_.empty() && blocks_.size() == bodies_.size(),
                 "TransformerBlockList: expected at least one block, found " << blocks_.size());
     for (auto* b : blocks_) {
-      BMT_REQUIRE(b->has_storage(), "CheckpointBlock: parameters are not initialized: expected "
-                                    "bmt::init_parameters(model) before the first call");
+      b->storage();  // a block init_parameters did not reach is an error naming why
       const int level = b->options().zero_level;
       BMT_REQUIRE(level == 2 || level == 3, "CheckpointBlock: expected zero_level 2 or 3, found " << level);
     }
@@ -374,8 +373,17 @@ class BlockSequence final : public autograd::Function {
 }  // namespace
 
 ShardedStorage& CheckpointBlockBase::storage() {
-  BMT_REQUIRE(storage_, "CheckpointBlock: parameters are not initialized: expected bmt::init_parameters(model) "
-                        "before the first call");
+  if (storage_) return *storage_;
+  // A block list (or block) the model forgot to register is invisible to init_parameters: say so,
+  // rather than asking for the init_parameters call the program probably makes.
+  const Module* top = this;
+  while (top->parent()) top = top->parent();
+  BMT_REQUIRE(top->sharding() == Sharding::module_parameters,
+              "CheckpointBlock: parameters are not initialized: expected the block (or the TransformerBlockList or "
+              "ModuleList holding it) registered in its model with register_module(name, ...), found it outside any "
+              "bmt::DistributedModule, where bmt::init_parameters(model) does not reach it");
+  BMT_REQUIRE(false, "CheckpointBlock: parameters are not initialized: expected bmt::init_parameters(model) before "
+                     "the first call");
   return *storage_;
 }
 

@@ -199,16 +199,42 @@ TEST(CheckpointBlock, StepAllocatesNothingFromTheSystemAfterWarmUp) {
 }
 
 TEST(CheckpointBlock, CallBeforeInitParametersIsAnError) {
-  bmt::CheckpointBlock<toy::Block> block(kD);
+  struct Registered : bmt::DistributedModule {
+    bmt::CheckpointBlock<toy::Block> block{kD};
+    Registered() { register_module("block", block); }
+  } model;
   bmt::Tensor x = bmt::Tensor::from_floats(input_of(0), {kRows, kD});
   try {
-    block(x, 1.0f);
+    model.block(x, 1.0f);
     FAIL() << "expected an error";
   } catch (const bmt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bmt::init_parameters"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected bmt::init_parameters(model) before the first call"),
+              std::string::npos)
+        << e.what();
   }
 }
 
+// A block list the model never registered is not initialized by init_parameters(model); the error
+// names the missing register_module, not the init_parameters call the program made.
+TEST(CheckpointBlock, UnregisteredBlockListIsAnErrorNamingRegisterModule) {
+  struct Forgetful : bmt::DistributedModule {
+    bmt::DistributedParameter scale{{kD}, bmt::init::ones()};
+    bmt::TransformerBlockList<toy::Block> blocks;
+    Forgetful() {
+      register_parameter("scale", scale);
+      blocks.append(kD);  // but no register_module("blocks", blocks)
+    }
+  } model;
+  bmt::init_parameters(model);
+  bmt::Tensor x = bmt::Tensor::from_floats(input_of(0), {kRows, kD});
+  try {
+    model.blocks(x, 1.0f);
+    FAIL() << "expected an error";
+  } catch (const bmt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("registered in its model with register_module(name, ...)"), std::string::npos)
+        << e.what();
+  }
+}
 
 // y = x / 2 with a count of its writes per call site: whether a recompute computed the value.
 class CountedHalf final : public bmt::autograd::DeferrableFunction {

@@ -35,6 +35,8 @@ class Module {
   // Direct parameters and sub-modules, in registration order.
   const std::vector<std::pair<std::string, Tensor>>& parameters_here() const { return parameters_; }
   const std::vector<std::pair<std::string, Module*>>& children() const { return children_; }
+  // The module this one is registered in (null for a model's root, or a module never registered).
+  const Module* parent() const { return parent_; }
 
   // Every parameter below this module, depth first in registration order, with dotted names.
   std::vector<std::pair<std::string, Tensor>> named_parameters(const std::string& prefix = "") const;
@@ -55,6 +57,7 @@ class Module {
  private:
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Module*>> children_;
+  const Module* parent_ = nullptr;
   bool training_ = true;
 };
 
