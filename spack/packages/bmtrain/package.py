@@ -28,15 +28,24 @@ class Bmtrain(CMakePackage, CudaPackage):
     target bmtrain::bmtrain) and the trainer bmt-train.
     """
 
-    # Fetched from the git checkout holding this recipe; a site that mirrors the project elsewhere
-    # points `git` there (or uses `spack develop` on a checkout, which fetches nothing).
+    # The project has no public web page or repository host: its README is its home page and the
+    # sources come from the git repository this recipe lives in. A site that keeps the project
+    # elsewhere points Spack there in packages.yaml (packages: bmtrain: package_attributes: git:
+    # <url>), and `spack mirror create` archives the pinned versions for machines that reach
+    # neither (docs/INSTALL.md, "Spack").
+    # No license(): the repository declares none (no LICENSE file, no statement in its docs).
+    # No maintainers(): the repository names no maintainer accounts.
     _checkout = _source_tree()
     if _checkout:
+        homepage = "file://" + os.path.join(_checkout, "README.md")
         git = "file://" + _checkout
 
-    version("main", branch="main")
+    # Releases: a tag and the commit it must point to (the commit is the checksum: a moved tag
+    # fails the fetch). develop follows main; `spack develop` builds a working copy instead.
+    version("develop", branch="main")
+    version("0.1.0", tag="v0.1.0", commit="224866ebc1676fd61e17ff961648494c2fc95f5f")
 
-    variant("openmp", default=False, description="Run host kernels on Kokkos' OpenMP backend")
+    variant("openmp", default=False, description="Require Kokkos' OpenMP backend for the host kernels")
     variant("tests", default=False, description="Build the test suite and benchmarks (ctest)")
     variant("shared", default=False, description="Build libbmtrain as a shared library")
 
@@ -52,19 +61,18 @@ class Bmtrain(CMakePackage, CudaPackage):
     )
     conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a cuda_arch, e.g. cuda_arch=90")
 
-    depends_on("c", type="build")  # MPI is found through its C bindings
-    depends_on("cxx", type="build")
+    depends_on("cxx", type="build")  # C++ only: MPI is found through its C++ component
     depends_on("cmake@3.25:", type="build")
 
     depends_on("mpi")
     depends_on("nlohmann-json@3.9:")
     depends_on("cli11", type="build")  # bmt-train's command line, header-only
 
-    # Kokkos 3.4 to 4.x (5.x needs C++20; bmtrain is C++17). The host kernels use the Serial
-    # backend; +openmp puts them on OpenMP instead.
+    # Kokkos 3.4 to 4.x (5.x needs C++20; bmtrain is C++17). The host kernels run on Kokkos'
+    # default host backend: +openmp asks for a Kokkos with OpenMP; ~openmp asks nothing of it, so
+    # an existing kokkos+openmp serves too (the kernels then run on OpenMP).
     depends_on("kokkos@3.4:4 +serial")
     depends_on("kokkos+openmp", when="+openmp")
-    depends_on("kokkos~openmp", when="~openmp")
     # The library compiles its sources as the CUDA language (CMake), so Kokkos must too
     # (+cmake_lang, a Kokkos variant from 3.6 on).
     depends_on("kokkos+cuda+cmake_lang", when="+cuda")
@@ -81,9 +89,20 @@ class Bmtrain(CMakePackage, CudaPackage):
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
-    # The CPU build's GEMM goes through CBLAS: the provider must install cblas.h (OpenBLAS does);
-    # the build finds it under the dependency prefixes.
+    # The host GEMM calls cblas_sgemm from cblas.h, so the BLAS provider must install the CBLAS
+    # interface with its header (BLIS and netlib-lapack build it by default; OpenBLAS's symbols
+    # must keep their names). cmake_args passes the provider's libraries and header directory.
     depends_on("blas", when="~cuda")
+    requires(
+        "^[virtuals=blas] openblas symbol_suffix=none",
+        "^[virtuals=blas] blis+cblas",
+        "^[virtuals=blas] amdblis+cblas",
+        "^[virtuals=blas] netlib-lapack",
+        policy="one_of",
+        when="~cuda",
+        msg="bmtrain's host build calls cblas_sgemm: it needs a BLAS provider with the CBLAS "
+        "interface (openblas, blis, amdblis or netlib-lapack)",
+    )
 
     depends_on("googletest", type=("build", "test"), when="+tests")
     depends_on("benchmark", type=("build", "test"), when="+tests")
@@ -98,6 +117,8 @@ class Bmtrain(CMakePackage, CudaPackage):
             self.define("BMT_ENABLE_APPS", True),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
         ]
+        if spec.satisfies("~cuda"):
+            args += self._blas_args()
         if spec.satisfies("+cuda"):
             args += [
                 self.define("CMAKE_CUDA_COMPILER", join_path(spec["cuda"].prefix.bin, "nvcc")),
@@ -106,6 +127,22 @@ class Bmtrain(CMakePackage, CudaPackage):
                 self.define("NCCL_ROOT", spec["nccl"].prefix),
             ]
         return args
+
+    def _blas_args(self):
+        """The CBLAS libraries and cblas.h's directory of the BLAS provider, for the host GEMM."""
+        # blas:c,fortran: netlib-lapack keeps CBLAS in a library of its own (libcblas next to
+        # libblas); OpenBLAS and BLIS have one library and ignore the query.
+        blas = self.spec["blas:c,fortran"]
+        headers = [h for h in blas.headers if os.path.basename(h) == "cblas.h"]
+        if not headers:
+            raise InstallError(
+                f"bmtrain needs cblas.h: expected it from the BLAS provider {blas.name}, "
+                f"found none under {blas.prefix.include}"
+            )
+        return [
+            self.define("BMT_BLAS_LIBRARIES", list(blas.libs)),
+            self.define("CBLAS_INCLUDE_DIR", os.path.dirname(headers[0])),
+        ]
 
     def check(self):
         """The ctest suite over the build tree (spack install --test=root, with +tests).
