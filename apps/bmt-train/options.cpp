@@ -2,31 +2,126 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
 #include <sstream>
+#include <type_traits>
+
+#include "config_file.hpp"
 
 namespace bmt_train {
 
 namespace {
 
-// A whole number >= 0 of `what`, with a message naming what was found (CLI11's NonNegativeNumber
-// prints its range up to the largest double).
-CLI::Validator count_of(const std::string& what) {
+// A whole number in [lo, hi], in decimal digits with an optional minus sign: CLI11 alone would
+// clamp 99999999999999999999 to the type's largest value, wrap -1 around an unsigned type and take
+// 0x10 as 16. `what` says what is expected; by default "a whole number in [lo, hi]".
+CLI::Validator whole_number(__int128 lo, __int128 hi, std::string what = "") {
+  const auto text_of = [](__int128 v) {
+    std::string digits;
+    const bool negative = v < 0;
+    unsigned __int128 m = negative ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
+    do digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(m % 10)));
+    while ((m /= 10) != 0);
+    return (negative ? "-" : "") + digits;
+  };
+  if (what.empty()) what = "a whole number in [" + text_of(lo) + ", " + text_of(hi) + "]";
   return CLI::Validator(
-      [what](std::string& text) -> std::string {
-        std::size_t end = 0;
-        long long v = -1;
-        try {
-          v = std::stoll(text, &end);
-        } catch (const std::exception&) {
-          end = 0;
+      [lo, hi, what](std::string& text) -> std::string {
+        const std::size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+        bool ok = text.size() > first && text.size() - first <= 30;
+        __int128 v = 0;
+        for (std::size_t i = first; ok && i < text.size(); ++i) {
+          ok = text[i] >= '0' && text[i] <= '9';
+          v = v * 10 + (text[i] - '0');
         }
-        if (end == 0 || end != text.size() || v < 0)
-          return "expected a whole number of " + what + " >= 0, found '" + text + "'";
+        if (first) v = -v;
+        if (!ok || v < lo || v > hi) return "expected " + what + ", found '" + text + "'";
         return std::string();
       },
-      "NONNEGATIVE");
+      "INT");
+}
+
+template <class T>
+CLI::Validator any_whole(std::string what = "") {
+  return whole_number(std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), std::move(what));
+}
+
+// A number an f32 option can hold: all of the text is a number (or inf/nan, which the option's own
+// check then refuses), and a finite one is within single precision rather than becoming inf.
+CLI::Validator real_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || std::isspace(static_cast<unsigned char>(text[0])))
+          return "expected a number, found '" + text + "'";
+        if (std::isfinite(v) && (errno == ERANGE || std::fabs(v) > std::numeric_limits<float>::max()))
+          return "expected a number within single precision (below 3.4e38 in magnitude), found '" + text + "'";
+        return std::string();
+      },
+      "FLOAT");
+}
+
+// The floating dtypes a model can be trained in, under every spelling parse_dtype accepts.
+CLI::Validator training_dtype() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        for (const char* name : {"f32", "fp32", "float32", "bf16", "bfloat16", "f16", "fp16", "float16"})
+          if (text == name) return std::string();
+        return "expected f32, bf16 or f16 (or fp32, float32, bfloat16, fp16, float16), found '" + text + "'";
+      },
+      "DTYPE");
+}
+
+// Adds options to the app and notes what each takes, for the config file reader.
+class OptionTable {
+ public:
+  explicit OptionTable(CLI::App& app) : app_(app) {}
+
+  // A text or floating option.
+  template <class T>
+  CLI::Option* add(const std::string& flag, T& value, const std::string& description) {
+    static_assert(std::is_same_v<T, std::string> || std::is_floating_point_v<T>, "whole numbers: add_whole");
+    keys_[flag.substr(2)] = std::is_same_v<T, std::string> ? ConfigValue::text : ConfigValue::number;
+    CLI::Option* o = app_.add_option(flag, value, description);
+    if constexpr (std::is_floating_point_v<T>) o->check(real_number());
+    return o;
+  }
+  // A whole-number option and the values it takes.
+  template <class T>
+  CLI::Option* add_whole(const std::string& flag, T& value, const std::string& description, CLI::Validator range) {
+    keys_[flag.substr(2)] = ConfigValue::number;
+    return app_.add_option(flag, value, description)->check(std::move(range));
+  }
+  // A switch; `spec` may start with '!' (the flag sets the value to false).
+  CLI::Option* add_flag(const std::string& spec, bool& value, const std::string& description) {
+    keys_[spec.substr(spec[0] == '!' ? 3 : 2)] = ConfigValue::flag;
+    return app_.add_flag(spec, value, description);
+  }
+  const std::map<std::string, ConfigValue>& keys() const { return keys_; }
+
+ private:
+  CLI::App& app_;
+  std::map<std::string, ConfigValue> keys_;
+};
+
+// The path given to --config on the command line (the last one), or "".
+std::string config_path(int argc, char** argv) {
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) path = argv[++i];
+    else if (a.compare(0, 9, "--config=") == 0) path = a.substr(9);
+  }
+  return path;
 }
 
 }  // namespace
@@ -74,111 +169,111 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
   return os.str();
 }
 
-namespace {
-
-// CLI11's TOML reader turns an empty or unterminated array (`model = []`, `model = ["`) into an
-// entry without values, and CLI11 2.3 then reads the first value of a scalar option anyway (a crash
-// found by fuzz_mutate_train_config). Every bmt-train option takes a value, so such an entry is
-// refused here with its key. (Entries named "--" mark the end of a TOML section: they carry none.)
-class ConfigWithValues : public CLI::ConfigTOML {
- public:
-  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
-    for (const auto& item : items)
-      if (item.inputs.empty() && item.name != "--" && item.name != "++")
-        throw CLI::ConversionError("--config: expected a value for '" + item.fullname() + "', found none");
-    return items;
-  }
-};
-
-}  // namespace
 
 bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   CLI::App app{"bmt-train: train a GPT with ZeRO-3 on any number of ranks.\n"
                "Launch with mpirun -np N bmt-train ... or srun bmt-train ...; topology comes from MPI."};
-  app.set_config("--config", "", "TOML file of options (keys are the long flag names)");
-  app.config_formatter(std::make_shared<ConfigWithValues>());
-  // A misspelled key in a config file is an error, not an option silently left at its default.
-  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_config("--config", "", "TOML file of options: one key = value a line, keys are the long flag names "
+                                 "(numbers bare, strings quoted, switches true or false)");
   // A flag given twice (in the config file and on the command line, say): the last one wins.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  OptionTable t(app);
   std::string presets;
   for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  constexpr std::int64_t max_size = std::int64_t{1} << 24;  // as model_config() checks
+  const auto size = whole_number(0, max_size, "a size in [1, " + std::to_string(max_size) + "] (or 0: the preset's)");
+  const auto at_least = [](std::int64_t lo, const std::string& note) {
+    const std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+    return whole_number(lo, hi, "a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]" +
+                                    (note.empty() ? "" : " (" + note + ")"));
+  };
 
-  app.add_option("--model", o.model, "Model preset: " + presets)->capture_default_str();
-  app.add_option("--layers", o.layers, "Override the preset's number of blocks");
-  app.add_option("--heads", o.heads, "Override the preset's attention heads");
-  app.add_option("--dim", o.dim, "Override the preset's model width");
-  app.add_option("--ffn", o.ffn, "Override the preset's MLP hidden size");
-  app.add_option("--vocab", o.vocab, "Override the preset's vocabulary size");
-  app.add_option("--dtype", o.dtype, "Parameter and compute dtype: f32, bf16 or f16")->capture_default_str();
-  app.add_option("--dropout", o.dropout, "Dropout probability in the blocks")->capture_default_str();
+  t.add("--model", o.model, "Model preset: " + presets)->capture_default_str();
+  t.add_whole("--layers", o.layers, "Override the preset's number of blocks", size);
+  t.add_whole("--heads", o.heads, "Override the preset's attention heads", size);
+  t.add_whole("--dim", o.dim, "Override the preset's model width", size);
+  t.add_whole("--ffn", o.ffn, "Override the preset's MLP hidden size", size);
+  t.add_whole("--vocab", o.vocab, "Override the preset's vocabulary size", size);
+  t.add("--dtype", o.dtype, "Parameter and compute dtype: f32, bf16 or f16")->capture_default_str()->check(training_dtype());
+  t.add("--dropout", o.dropout, "Dropout probability in the blocks")->capture_default_str();
 
-  app.add_option("--zero-level", o.zero_level, "3: gather parameters in forward and backward; 2: keep them from "
-                                               "forward to backward")
-      ->capture_default_str()
-      ->check(CLI::IsMember({2, 3}));
-  app.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
-  app.add_flag("--keep-attention", o.keep_attention, "Recompute blocks except their attention: keep its output "
-                                                     "from forward (batch x seq x dim elements more per block)");
-  app.add_flag("--keep-residual", o.keep_residual,
-               "Recompute blocks except their residual sums: keep the attention branch's sum from forward, so "
-               "that the recompute skips it and the attention projection (batch x seq x dim elements more per "
-               "block)");
-  app.add_option("--keep-blocks", o.keep_blocks,
-                 "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
-                 "when N is at least their number)")
-      ->capture_default_str()
-      ->check(count_of("blocks"));
-  app.add_option("--prefetch", o.prefetch, "Blocks whose parameters are gathered ahead of use")->capture_default_str();
-  app.add_flag("--offload", o.offload, "Keep optimizer state in host memory and update it there");
-  app.add_option("--loss-chunk", o.loss_chunk,
-                 "Run the head and loss this many token rows at a time, never holding all the logits "
-                 "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once")
-      ->capture_default_str()
-      ->check(count_of("rows"));
-
-  app.add_option("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
+  t.add_whole("--zero-level", o.zero_level, "3: gather parameters in forward and backward; 2: keep them from "
+                                            "forward to backward", whole_number(2, 3, "2 or 3"))
       ->capture_default_str();
-  app.add_option("--val-data", o.val_data, "Validation token files (default: held-out synthetic data, or none)");
-  app.add_option("--batch", o.batch, "Global batch: sequences per optimizer step over all ranks")->capture_default_str();
-  app.add_option("--micro-batch", o.micro_batch, "Sequences per rank per forward (gradient accumulation); "
-                                                 "default the whole local batch");
-  app.add_option("--seq", o.seq, "Tokens per sequence")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of initialization, data order and dropout")->capture_default_str();
+  t.add_flag("!--no-checkpointing", o.checkpointing, "Keep block activations instead of recomputing them");
+  t.add_flag("--keep-attention", o.keep_attention, "Recompute blocks except their attention: keep its output "
+                                                   "from forward (batch x seq x dim elements more per block)");
+  t.add_flag("--keep-residual", o.keep_residual,
+             "Recompute blocks except their residual sums: keep the attention branch's sum from forward, so "
+             "that the recompute skips it and the attention projection (batch x seq x dim elements more per "
+             "block)");
+  t.add_whole("--keep-blocks", o.keep_blocks,
+              "The last N blocks keep their activations from forward instead of recomputing them (all blocks "
+              "when N is at least their number)", at_least(0, ""))
+      ->capture_default_str();
+  t.add_whole("--prefetch", o.prefetch, "Blocks whose parameters are gathered ahead of use",
+              whole_number(0, max_size, "a number of blocks in [0, " + std::to_string(max_size) + "]"))
+      ->capture_default_str();
+  t.add_flag("--offload", o.offload, "Keep optimizer state in host memory and update it there");
+  t.add_whole("--loss-chunk", o.loss_chunk,
+              "Run the head and loss this many token rows at a time, never holding all the logits "
+              "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once", at_least(0, "0: all rows"))
+      ->capture_default_str();
 
-  app.add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
-  app.add_option("--lr", o.lr, "Peak learning rate (default: the preset's: 1e-2 tiny, 6e-4 gpt2-*, 3e-4 llama-1b)");
-  app.add_option("--min-lr", o.min_lr, "Final learning rate of linear/cosine schedules")->capture_default_str();
-  app.add_option("--schedule", o.schedule, "constant, linear, cosine, noam or exponential")
+  t.add("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
+      ->capture_default_str();
+  t.add("--val-data", o.val_data, "Validation token files (default: held-out synthetic data, or none)");
+  t.add_whole("--batch", o.batch, "Global batch: sequences per optimizer step over all ranks", at_least(1, ""))
+      ->capture_default_str();
+  t.add_whole("--micro-batch", o.micro_batch, "Sequences per rank per forward (gradient accumulation); "
+                                              "default the whole local batch", at_least(0, "0: the whole local batch"));
+  t.add_whole("--seq", o.seq, "Tokens per sequence", at_least(1, ""))->capture_default_str();
+  t.add_whole("--seed", o.seed, "Seed of initialization, data order and dropout", any_whole<std::uint64_t>())
+      ->capture_default_str();
+
+  t.add_whole("--steps", o.steps, "Optimizer steps", at_least(0, ""))->capture_default_str();
+  t.add("--lr", o.lr, "Peak learning rate (default: the preset's: 1e-2 tiny, 6e-4 gpt2-*, 3e-4 llama-1b)");
+  t.add("--min-lr", o.min_lr, "Final learning rate of linear/cosine schedules")->capture_default_str();
+  t.add("--schedule", o.schedule, "constant, linear, cosine, noam or exponential")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "linear", "cosine", "noam", "exponential"}));
-  app.add_option("--warmup", o.warmup, "Linear warmup steps")->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
-  app.add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
-  app.add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
-  app.add_option("--loss-scale", o.loss_scale, "Initial loss scale (default 65536, dynamic, for f16; 1 otherwise)");
-  app.add_flag("--stop-on-nonfinite", o.stop_on_nonfinite, "Stop instead of skipping a step with inf/nan gradients");
+  t.add_whole("--warmup", o.warmup, "Linear warmup steps", at_least(0, ""))->capture_default_str();
+  t.add("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  t.add("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  t.add("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  t.add("--grad-clip", o.grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  t.add("--loss-scale", o.loss_scale, "Initial loss scale (default 65536, dynamic, for f16; 1 otherwise)");
+  t.add_flag("--stop-on-nonfinite", o.stop_on_nonfinite, "Stop instead of skipping a step with inf/nan gradients");
 
-  app.add_option("--metrics", o.metrics, "Write one JSON object per step to this .jsonl file (rank 0)");
-  app.add_option("--plot", o.plot, "Loss curve picture (SVG); default: the metrics path with .svg");
-  app.add_option("--log-every", o.log_every, "Print a line every N steps")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "Evaluate the validation loss every N steps (0: never)");
-  app.add_option("--eval-batches", o.eval_batches, "Global batches per evaluation")->capture_default_str();
-  app.add_option("--save", o.save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept)");
-  app.add_option("--save-every", o.save_every, "Save every N steps (0: only at the end)");
-  app.add_option("--keep-last", o.keep_last, "Complete checkpoints to keep")->capture_default_str();
-  app.add_option("--resume", o.resume, "Resume from a checkpoint directory (its newest complete step) or a step-N directory");
-  app.add_flag("--progress", o.progress, "Show the live progress bar (default: only on an interactive terminal "
-                                         "outside an MPI launcher)");
-  app.add_flag("--no-progress", o.no_progress, "Never show the progress bar");
-  app.add_option("--timeline", o.timeline, "Write a per-stream timeline of the blocks' compute, gathers and "
-                                           "reduce-scatters as a Chrome trace (one file per rank: trace.json -> "
-                                           "trace.rank0.json; open in ui.perfetto.dev)");
-  app.add_flag("--timeline-ops", o.timeline_ops, "With --timeline: also one span per op's forward and backward "
-                                                 "(bench/timeline_summary.py adds them up)")
+  t.add("--metrics", o.metrics, "Write one JSON object per step to this .jsonl file (rank 0)");
+  t.add("--plot", o.plot, "Loss curve picture (SVG); default: the metrics path with .svg");
+  t.add_whole("--log-every", o.log_every, "Print a line every N steps", at_least(1, ""))->capture_default_str();
+  t.add_whole("--eval-every", o.eval_every, "Evaluate the validation loss every N steps (0: never)",
+              at_least(0, "0: never"));
+  t.add_whole("--eval-batches", o.eval_batches, "Global batches per evaluation", at_least(1, ""))
+      ->capture_default_str();
+  t.add("--save", o.save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept)");
+  t.add_whole("--save-every", o.save_every, "Save every N steps (0: only at the end)", at_least(0, "0: only at the end"));
+  t.add_whole("--keep-last", o.keep_last, "Complete checkpoints to keep",
+              whole_number(0, std::numeric_limits<int>::max(),
+                           "a whole number in [0, " + std::to_string(std::numeric_limits<int>::max()) + "] (0: keep all)"))
+      ->capture_default_str();
+  t.add("--resume", o.resume, "Resume from a checkpoint directory (its newest complete step) or a step-N directory");
+  t.add_flag("--progress", o.progress, "Show the live progress bar (default: only on an interactive terminal "
+                                       "outside an MPI launcher)");
+  t.add_flag("--no-progress", o.no_progress, "Never show the progress bar");
+  t.add("--timeline", o.timeline, "Write a per-stream timeline of the blocks' compute, gathers and "
+                                  "reduce-scatters as a Chrome trace (one file per rank: trace.json -> "
+                                  "trace.rank0.json; open in ui.perfetto.dev)");
+  t.add_flag("--timeline-ops", o.timeline_ops, "With --timeline: also one span per op's forward and backward "
+                                               "(bench/timeline_summary.py adds them up)")
       ->needs("--timeline");
+
+  // Every key of a config file is one of these options, set once, with a value of its type.
+  auto config = std::make_shared<StrictConfig>(t.keys());
+  config->set_path(config_path(argc, argv));
+  app.config_formatter(config);
+  app.allow_config_extras(CLI::config_extras_mode::error);
 
   try {
     app.parse(argc, argv);
@@ -186,23 +281,22 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     exit_code = 0;
     if (!bmt::is_initialized() || bmt::rank() == 0) std::cout << app.help();
     return false;
+  } catch (const CLI::FileError& e) {
+    BMT_REQUIRE(false, "--config: expected a readable TOML file, found none at '" << config_path(argc, argv) << "'");
   } catch (const CLI::ConfigError& e) {
     BMT_REQUIRE(false, "--config: " << e.what());
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     BMT_REQUIRE(false, what);
   }
-  BMT_REQUIRE(o.batch > 0 && o.seq > 0 && o.steps >= 0, "expected positive --batch and --seq and --steps >= 0, found "
-                                                             << o.batch << ", " << o.seq << ", " << o.steps);
+  // The ranges of single values are checked as they are parsed (above); what remains relates several.
   constexpr std::int64_t max_tokens = std::int64_t{1} << 40;
   BMT_REQUIRE(o.batch <= max_tokens / o.seq, "--batch and --seq: expected at most " << max_tokens
                                                 << " tokens per step, found " << o.batch << " x " << o.seq);
-  BMT_REQUIRE(o.prefetch >= 0, "--prefetch: expected >= 0, found " << o.prefetch);
   // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
   for (const auto& [flag, set] : {std::pair{"--keep-attention", o.keep_attention}, {"--keep-residual", o.keep_residual}})
     BMT_REQUIRE(!set || o.checkpointing,
                 flag << ": expected blocks that recompute, found --no-checkpointing (every activation kept)");
-  BMT_REQUIRE(o.log_every > 0, "--log-every: expected > 0, found " << o.log_every);
   // Numbers that would train nothing useful, or only NaN, are refused before any work starts.
   auto finite_at_least = [](const char* flag, float v, float low) {
     BMT_REQUIRE(std::isfinite(v) && v >= low, flag << ": expected a finite number >= " << low << ", found " << v);
@@ -215,12 +309,6 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   finite_at_least("--dropout", o.dropout, 0.0f);
   for (auto [flag, beta] : {std::pair{"--beta1", o.beta1}, std::pair{"--beta2", o.beta2}})
     BMT_REQUIRE(beta >= 0.0f && beta < 1.0f, flag << ": expected a number in [0, 1), found " << beta);
-  BMT_REQUIRE(o.micro_batch >= 0, "--micro-batch: expected >= 0 (0: the whole local batch), found " << o.micro_batch);
-  BMT_REQUIRE(o.warmup >= 0, "--warmup: expected >= 0, found " << o.warmup);
-  BMT_REQUIRE(o.eval_every >= 0 && o.eval_batches > 0, "--eval-every/--eval-batches: expected >= 0 and > 0, found "
-                                                           << o.eval_every << " and " << o.eval_batches);
-  BMT_REQUIRE(o.save_every >= 0, "--save-every: expected >= 0 (0: only at the end), found " << o.save_every);
-  BMT_REQUIRE(o.keep_last >= 0, "--keep-last: expected >= 0 (0: keep all), found " << o.keep_last);
   return true;
 }
 

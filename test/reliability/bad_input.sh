@@ -44,6 +44,7 @@ d=$(copy statejson); head -c 40 "$d/training_state.json" >"$d/t" && mv "$d/t" "$
 bad "--resume: training state cut short (invalid JSON)" "training_state.json" "${run[@]}" --steps 8 --resume "$d" --metrics "$work/m.jsonl"
 d=$(copy stateloader); sed -i 's/"position": *[0-9]*/"position": -5/' "$d/training_state.json"
 bad "--resume: training state with a negative data position" "loader state: expected a non-negative integer 'position'" "${run[@]}" --steps 8 --resume "$d" --metrics "$work/m.jsonl"
+
 bad "--resume of a 2-layer checkpoint into 3 layers" "blocks.2" "${run[@]}" --layers 3 --steps 8 --resume "$work/good" --metrics "$work/m.jsonl"
 
 { int32 20240520 7 1000; head -c $((253 * 4)) /dev/zero; tokens 1000 1; } >"$work/version.bin"
@@ -56,11 +57,11 @@ tokens 100 1 >"$work/short.bin"
 bad "token file shorter than one global batch" "expected at least one global batch" "${run[@]}" --data "$work/short.bin" --metrics "$work/m.jsonl"
 
 printf 'seed = [oops\n' >"$work/array.toml"
-bad "--config with an unterminated array" "Could not convert: --seed" "${run[@]}" --config "$work/array.toml" --metrics "$work/m.jsonl"
+bad "--config with an unterminated array" "line 1: expected one value for 'seed', found an array \[oops" "${run[@]}" --config "$work/array.toml" --metrics "$work/m.jsonl"
 printf 'model = "tiny\n' >"$work/string.toml"
-bad "--config with an unterminated string" "unknown model preset" --steps 4 --config "$work/string.toml" --metrics "$work/m.jsonl"
+bad "--config with an unterminated string" "line 1: expected the closing \" of the string for 'model', found the end of the line \(unterminated string\)" --steps 4 --config "$work/string.toml" --metrics "$work/m.jsonl"
 printf 'stepz = 3\n' >"$work/unknown.toml"
-bad "--config with an unknown key" "stepz" "${run[@]}" --config "$work/unknown.toml" --metrics "$work/m.jsonl"
+bad "--config with an unknown key" "line 1: unknown key 'stepz': expected a long flag name without its dashes \(bmt-train --help lists them\), such as 'steps'" "${run[@]}" --config "$work/unknown.toml" --metrics "$work/m.jsonl"
 bad "--lr nan" "--lr: expected a finite number" "${run[@]}" --lr nan --metrics "$work/m.jsonl"
 bad "--beta2 1" "--beta2: expected a number in \[0, 1\)" "${run[@]}" --beta2 1 --metrics "$work/m.jsonl"
 bad "--layers -1" "--layers: expected a size" "${run[@]}" --layers -1 --metrics "$work/m.jsonl"

@@ -36,7 +36,7 @@ fi
 expect_usage_error "sequence too long" "at most 128 tokens" 2 "${tiny[@]}" --seq 4096 --steps 1
 expect_usage_error "missing data" "no_such_file" 2 "${tiny[@]}" --steps 1 --data "$work/no_such_file_*.bin"
 expect_usage_error "op timeline without a timeline" "--timeline" 2 "${tiny[@]}" --steps 1 --timeline-ops
-expect_usage_error "negative kept blocks" "--keep-blocks: expected a whole number of blocks >= 0, found .-1." 2 "${tiny[@]}" --steps 1 --keep-blocks -1
+expect_usage_error "negative kept blocks" "--keep-blocks: expected a whole number in \[0, 9223372036854775807\], found .-1." 2 "${tiny[@]}" --steps 1 --keep-blocks -1
 
 # The op-level timeline: every rank's trace has op spans next to the block spans.
 run 2 "${tiny[@]}" --steps 2 --timeline "$work/trace.json" --timeline-ops >/dev/null || fail "timeline run failed"
