@@ -11,7 +11,7 @@ namespace bmt_train {
 
 namespace {
 
-bool is_complete_step_dir(const std::string& dir) {
+bool has_marker(const std::string& dir) {
   struct stat st {};
   return ::stat((dir + "/" + bmt::io::CheckpointDir::kMarker).c_str(), &st) == 0;
 }
@@ -19,7 +19,12 @@ bool is_complete_step_dir(const std::string& dir) {
 }  // namespace
 
 std::string resolve_resume(const std::string& path) {
-  if (is_complete_step_dir(path)) return path;
+  // A step directory is loaded only with a valid marker: one that does not parse, or names another
+  // step, is an error here, not a checkpoint loaded anyway.
+  if (has_marker(path)) {
+    bmt::io::CheckpointDir::marked_step(path);
+    return path;
+  }
   const auto last = bmt::io::CheckpointDir::latest_complete(path);
   BMT_REQUIRE(last, "--resume: expected a complete checkpoint (a directory with a COMPLETE marker, or a root holding "
                     "step-N directories), found none at '"

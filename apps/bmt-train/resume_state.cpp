@@ -1,6 +1,7 @@
 #include "resume_state.hpp"
 
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/collective_status.hpp>
 
 #include <cmath>
 #include <limits>
@@ -13,42 +14,86 @@ namespace {
 using nlohmann::json;
 
 // The member `key` of the component `part` ("lr_scheduler", ...), or nullptr when absent.
-const json* member(const json& component, const char* part, const char* key) {
-  BMT_REQUIRE(component.is_object(), "training state: '" << part << "': expected a JSON object, found a JSON "
-                                                         << component.type_name() << " " << component.dump());
+const json* member(const json& component, const std::string& where, const char* part, const char* key) {
+  BMT_REQUIRE(component.is_object(), where << "'" << part << "': expected a JSON object, found a JSON "
+                                           << component.type_name() << " " << component.dump());
   const auto it = component.find(key);
   return it == component.end() ? nullptr : &*it;
 }
 
-std::uint64_t unsigned_member(const json& component, const char* part, const char* key, std::uint64_t fallback,
-                              std::uint64_t max) {
-  const json* v = member(component, part, key);
+std::uint64_t unsigned_member(const json& component, const std::string& where, const char* part, const char* key,
+                              std::uint64_t fallback, std::uint64_t max) {
+  const json* v = member(component, where, part, key);
   if (!v) return fallback;
   BMT_REQUIRE(v->is_number_unsigned() && v->get<std::uint64_t>() <= max,
-              "training state: '" << part << "." << key << "': expected an integer in [0, " << max << "], found "
-                                  << v->dump());
+              where << "'" << part << "." << key << "': expected an integer in [0, " << max << "], found " << v->dump());
   return v->get<std::uint64_t>();
 }
 
 }  // namespace
 
-ResumePoint resume_point(const bmt::io::TrainingState& state) {
+ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContext& context) {
+  const std::string where = "training state '" + context.state_path + "': ";
+  BMT_REQUIRE(state.step == context.marked_step,
+              where << "'step': expected " << context.marked_step << ", the step of the checkpoint's COMPLETE marker, "
+                    << "found " << state.step);
+  BMT_REQUIRE(context.run_steps >= state.step,
+              "--steps " << context.run_steps << ": expected at least the step of the checkpoint resumed from ("
+                         << state.step << "), where the run continues");
   ResumePoint r;
   r.step = state.step;
-  constexpr auto max_step = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  r.scheduler_step = static_cast<std::int64_t>(
-      unsigned_member(state.lr_scheduler, "lr_scheduler", "step", static_cast<std::uint64_t>(state.step), max_step));
-  if (const json* scale = member(state.loss_scaler, "loss_scaler", "scale")) {
+  // Skipped steps take their count back from the schedule and the loss scaler never counts more
+  // clean steps than there were steps: neither count is beyond the step.
+  const auto step = static_cast<std::uint64_t>(state.step);
+  r.scheduler_step = static_cast<std::int64_t>(unsigned_member(state.lr_scheduler, where, "lr_scheduler", "step", step, step));
+  if (const json* scale = member(state.loss_scaler, where, "loss_scaler", "scale")) {
     const double s = scale->is_number() ? scale->get<double>() : -1.0;
     BMT_REQUIRE(scale->is_number() && std::isfinite(s) && s > 0 && s <= std::numeric_limits<float>::max(),
-                "training state: 'loss_scaler.scale': expected a positive finite number, found " << scale->dump());
+                where << "'loss_scaler.scale': expected a positive finite number, found " << scale->dump());
     r.loss_scale = static_cast<float>(s);
   }
-  r.clean_steps = static_cast<int>(unsigned_member(state.loss_scaler, "loss_scaler", "clean_steps", 0,
-                                                   static_cast<std::uint64_t>(std::numeric_limits<int>::max())));
-  r.key_counter = unsigned_member(state.rng, "rng", "key_counter", 0, std::numeric_limits<std::uint64_t>::max());
-  r.data = state.data.get<bmt::io::LoaderState>();
+  r.clean_steps = static_cast<int>(unsigned_member(
+      state.loss_scaler, where, "loss_scaler", "clean_steps", 0,
+      std::min<std::uint64_t>(step, static_cast<std::uint64_t>(std::numeric_limits<int>::max()))));
+  r.key_counter = unsigned_member(state.rng, where, "rng", "key_counter", 0, std::numeric_limits<std::uint64_t>::max());
+  const std::string data_problem = bmt::io::error_of([&] { r.data = state.data.get<bmt::io::LoaderState>(); });
+  BMT_REQUIRE(data_problem.empty(), where << "'data': " << data_problem);
   return r;
+}
+
+json checkpoint_model(const TrainOptions& o, const ModelConfig& c) {
+  return {{"preset", o.model}, {"arch", c.arch},   {"layers", c.layers},   {"heads", c.heads},
+          {"dim", c.dim},      {"ffn", c.ffn},     {"vocab", c.vocab},     {"max_seq", c.max_seq},
+          {"dtype", bmt::dtype_name(c.dtype)}};
+}
+
+void check_checkpoint_model(const bmt::io::TrainingState& state, const json& model, const ResumeContext& context) {
+  const std::string where = "training state '" + context.state_path + "': ";
+  const json* saved = member(state.extra, where, "extra", "model");
+  if (!saved) return;  // written by another program: the strict load still checks names and shapes
+  BMT_REQUIRE(saved->is_object(), where << "'extra.model': expected a JSON object, found " << saved->dump());
+  // What defines the tensors and their values; the preset's name does not.
+  struct Field {
+    const char* key;
+    const char* flag;
+  };
+  std::string differences, flags;
+  for (const Field f : {Field{"arch", "--model"}, Field{"layers", "--layers"}, Field{"heads", "--heads"},
+                        Field{"dim", "--dim"}, Field{"ffn", "--ffn"}, Field{"vocab", "--vocab"},
+                        Field{"max_seq", "--model"}, Field{"dtype", "--dtype"}}) {
+    const json& here = model.at(f.key);
+    const auto it = saved->find(f.key);
+    BMT_REQUIRE(it != saved->end() && (here.is_string() ? it->is_string() : it->is_number_integer()),
+                where << "'extra.model." << f.key << "': expected a " << (here.is_string() ? "string" : "whole number")
+                      << ", found " << (it == saved->end() ? std::string("none") : it->dump()));
+    if (*it == here) continue;
+    const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    differences += (differences.empty() ? "" : "; ") + std::string(f.key) + " " + text(*it) + " there, " + text(here) + " here";
+    if (std::string(f.flag) != "--model") flags += " " + std::string(f.flag) + " " + text(*it);
+  }
+  BMT_REQUIRE(differences.empty(), "--resume: the checkpoint holds another model (" << differences
+                                       << "): expected the same model"
+                                       << (flags.empty() ? std::string() : " (resume with" + flags + ")"));
 }
 
 }  // namespace bmt_train

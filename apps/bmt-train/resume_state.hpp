@@ -1,12 +1,19 @@
 #pragma once
-// What bmt-train takes from a checkpoint's training_state.json to continue a run. The file may come
-// from another program or be damaged: every field is checked, and a bad one is a bmt::Error naming
-// what was expected and what was found (never a JSON library exception escaping the trainer).
+// What bmt-train takes from a checkpoint to continue a run, checked before any of it is used. The
+// files may come from another program or be damaged: every field is checked, on its own and against
+// the others (the step in training_state.json against the COMPLETE marker's, the schedule's and the
+// loss scaler's counts against the step, the model against the run's), and a bad one is a
+// bmt::Error naming the file, the field, what was expected and what was found (never a JSON library
+// exception escaping the trainer).
 #include <bmtrain/io/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+
+#include "options.hpp"
 
 namespace bmt_train {
 
@@ -19,6 +26,21 @@ struct ResumePoint {
   bmt::io::LoaderState data;             // the data loader's position
 };
 
-ResumePoint resume_point(const bmt::io::TrainingState& state);
+// Where a checkpoint was found and the run that continues it.
+struct ResumeContext {
+  std::string state_path;           // its training_state.json, for messages
+  std::int64_t marked_step = 0;     // the step its COMPLETE marker (and directory name) give
+  std::int64_t run_steps = 0;       // --steps: where the resumed run ends
+};
+
+ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContext& context);
+
+// The model as a checkpoint records it (training_state.json's 'extra.model', model.safetensors'
+// metadata).
+nlohmann::json checkpoint_model(const TrainOptions& options, const ModelConfig& config);
+// The checkpoint's model (`extra.model`, when the state has one) against the run's, before any
+// tensor is read: a different dtype or shape is one line naming both and the flags that match it.
+void check_checkpoint_model(const bmt::io::TrainingState& state, const nlohmann::json& model,
+                            const ResumeContext& context);
 
 }  // namespace bmt_train

@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include <bmtrain/io/collective_status.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
@@ -13,7 +14,6 @@
 #include "checkpoint_paths.hpp"
 #include "peak_flops.hpp"
 #include "progress_bar.hpp"
-#include "resume_state.hpp"
 
 namespace bmt_train {
 
@@ -38,17 +38,11 @@ float mean_loss(const std::vector<bmt::Tensor>& losses) {
   return static_cast<float>(sum / static_cast<double>(losses.size()));
 }
 
-// The model as a checkpoint's metadata records it.
-nlohmann::json model_description(const TrainOptions& o, const ModelConfig& c) {
-  return {{"preset", o.model}, {"arch", c.arch},   {"layers", c.layers},   {"heads", c.heads},
-          {"dim", c.dim},      {"ffn", c.ffn},     {"vocab", c.vocab},     {"max_seq", c.max_seq},
-          {"dtype", bmt::dtype_name(c.dtype)}};
-}
-
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context().topology().world_size) {
   configure();
+  read_checkpoint();
   build_model();
   build_optimizer();
   resume();
@@ -72,7 +66,10 @@ void Trainer::configure() {
     facts_.accumulation = facts_.local_batch / facts_.micro_batch;
     data_ = open_training_data(o_, cfg_);
     facts_.entropy_rate = data_.entropy_rate;
-    if (!o_.resume.empty()) facts_.resumed_from = resolve_resume(o_.resume);
+    if (!o_.resume.empty()) {
+      facts_.resumed_from = resolve_resume(o_.resume);
+      resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(facts_.resumed_from);
+    }
   });
   // Every rank must train the same model the same way with the same library, from the same
   // checkpoint: a rank started differently (an MPMD launch, another build on some nodes) stops the
@@ -80,6 +77,22 @@ void Trainer::configure() {
   bmt::agree_on_configuration(shared_description(o_, cfg_) + "; resume_from=" + facts_.resumed_from + "; " +
                               bmt::build_description());
   agreed([&] { fault_ = FaultInjection::from_environment(); });
+}
+
+// Where the --resume checkpoint stands, checked against its marker and this run before any tensor
+// is read: its training state's fields on their own and against one another, and its model.
+void Trainer::read_checkpoint() {
+  if (facts_.resumed_from.empty()) return;
+  ResumeContext context;
+  context.state_path = facts_.resumed_from + "/training_state.json";
+  context.marked_step = resumed_marked_step_;
+  context.run_steps = o_.steps;
+  agreed([&] {
+    const auto state = bmt::io::load_training_state(context.state_path);  // collective, agreed on its own
+    resumed_ = resume_point(state, context);
+    check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
+  });
+  facts_.start_step = resumed_.step;
 }
 
 // The model (initialized, or with the weights it resumes from), its data loaders and schedule.
@@ -131,18 +144,21 @@ void Trainer::build_optimizer() {
 // the --resume checkpoint, when there is one; its weights were loaded with the model.
 void Trainer::resume() {
   if (facts_.resumed_from.empty()) return;
-  const std::string& dir = facts_.resumed_from;
-  ResumePoint resumed;
+  const std::string path = facts_.resumed_from + "/optimizer.safetensors";
   agreed([&] {
-    bmt::io::load_optimizer(*adamw_, dir + "/optimizer.safetensors");
-    resumed = resume_point(bmt::io::load_training_state(dir + "/training_state.json"));
+    bmt::io::load_optimizer(*adamw_, path);
+    // The optimizer counts the updates it applied: never more than the steps taken.
+    BMT_REQUIRE(adamw_->step_count() <= resumed_.step,
+                "optimizer state '" << path << "': metadata 'step': expected at most the checkpoint's step "
+                                    << resumed_.step << ", found " << adamw_->step_count());
+    // The position must lie within this run's data.
+    const std::string problem = bmt::io::error_of([&] { loader_->restore(resumed_.data); });
+    BMT_REQUIRE(problem.empty(), "training state '" << facts_.resumed_from << "/training_state.json': 'data': " << problem);
   });
-  facts_.start_step = resumed.step;
-  schedule_->set_step(resumed.scheduler_step);
-  if (resumed.loss_scale) manager_->set_loss_scale(*resumed.loss_scale);
-  manager_->set_clean_steps(resumed.clean_steps);
-  bmt::random::set_key_counter(resumed.key_counter);
-  loader_->restore(resumed.data);
+  schedule_->set_step(resumed_.scheduler_step);
+  if (resumed_.loss_scale) manager_->set_loss_scale(*resumed_.loss_scale);
+  manager_->set_clean_steps(resumed_.clean_steps);
+  bmt::random::set_key_counter(resumed_.key_counter);
 }
 
 // The metrics file and checkpoint root, checked before the first step; the token staging ring.
@@ -226,7 +242,7 @@ void Trainer::save(std::int64_t step) {
   manager_->settle();  // step counts, schedule and loss scale as of the last step's outcome
   const std::string dir = checkpoints_->begin_save(step);
   fault_.at(FaultInjection::Point::save_begun, step);
-  const nlohmann::json model_json = model_description(o_, cfg_);
+  const nlohmann::json model_json = checkpoint_model(o_, cfg_);
   bmt::save(*model_, dir + "/model.safetensors", {{"format", "bmtrain"}, {"model", model_json.dump()}});
   fault_.at(FaultInjection::Point::save_model_written, step);
   bmt::io::save_optimizer(*adamw_, dir + "/optimizer.safetensors");

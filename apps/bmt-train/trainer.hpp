@@ -16,6 +16,7 @@
 #include "fault_injection.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "resume_state.hpp"
 #include "step_log.hpp"
 #include "token_staging.hpp"
 #include "training_data.hpp"
@@ -34,6 +35,7 @@ class Trainer {
 
  private:
   void configure();
+  void read_checkpoint();
   void build_model();
   void build_optimizer();
   void resume();
@@ -48,6 +50,8 @@ class Trainer {
   ModelConfig cfg_;
   TrainingData data_;
   RunFacts facts_;
+  std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names
+  ResumePoint resumed_;                    // where the resumed checkpoint stands (checked)
   FaultInjection fault_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<bmt::optim::AdamW> adamw_;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 
 #include "bmtrain/io/collective_status.hpp"
@@ -194,6 +196,42 @@ nlohmann::json CheckpointDir::completion(const std::string& root, std::int64_t s
   BMT_REQUIRE(m.has_value(), "checkpoint '" << dir << "': expected a complete checkpoint (a " << kMarker
                                             << " marker naming step " << step << "), found none");
   return *m;
+}
+
+std::int64_t CheckpointDir::marked_step(const std::string& step_dir) {
+  std::string dir = step_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string path = dir + "/" + kMarker;
+  std::error_code ec;
+  BMT_REQUIRE(fs::is_regular_file(path, ec), "checkpoint '" << dir << "': expected a complete checkpoint (a " << kMarker
+                                                            << " marker), found none");
+  const std::string expected = "expected a JSON object {\"format\": 1, \"step\": N, ...}";
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BMT_REQUIRE(in.good() || in.eof(), "checkpoint marker '" << path << "': cannot read it");
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object()) {
+    std::string shown = m.is_discarded() ? text.substr(0, 40) : m.dump().substr(0, 40);
+    for (char& c : shown)
+      if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    while (!shown.empty() && shown.back() == ' ') shown.pop_back();
+    BMT_REQUIRE(false, "checkpoint marker '" << path << "': " << expected << ", found "
+                                             << (m.is_discarded() ? "text that is not JSON: '" : "") << shown
+                                             << (m.is_discarded() ? "'" : ""));
+  }
+  const auto format = m.find("format");
+  BMT_REQUIRE(format != m.end() && format->is_number_integer() && format->get<std::int64_t>() == kMarkerFormat,
+              "checkpoint marker '" << path << "': expected format " << kMarkerFormat << ", found "
+                                    << (format == m.end() ? std::string("none") : format->dump()));
+  const auto step = m.find("step");
+  BMT_REQUIRE(step != m.end() && step->is_number_integer() && step->get<std::int64_t>() >= 0,
+              "checkpoint marker '" << path << "': expected a whole number 'step', found "
+                                    << (step == m.end() ? std::string("none") : step->dump()));
+  const std::int64_t marked = step->get<std::int64_t>();
+  const auto named = step_of(fs::path(dir).filename().string(), false);
+  BMT_REQUIRE(!named || *named == marked, "checkpoint marker '" << path << "': expected step " << *named
+                                                                << " (the directory's), found " << marked);
+  return marked;
 }
 
 }  // namespace bmt::io

@@ -126,8 +126,23 @@ void load_optimizer(optim::Optimizer& optimizer, const std::string& path) {
       }
       optimizer.load_state(*s, state, values);
     }
-  const auto& meta = header.metadata();
-  if (auto it = meta.find("step"); it != meta.end()) optimizer.set_step_count(std::stoll(it->second));
+  if (const auto step = optimizer_step(header.metadata(), path)) optimizer.set_step_count(*step);
+}
+
+std::optional<std::int64_t> optimizer_step(const std::map<std::string, std::string>& metadata, const std::string& path) {
+  const auto it = metadata.find("step");
+  if (it == metadata.end()) return std::nullopt;
+  constexpr std::int64_t max_step = std::int64_t{1} << 53;
+  const std::string& text = it->second;
+  std::int64_t step = 0;
+  bool ok = !text.empty() && text.size() <= 16;
+  for (char c : text) {
+    ok = ok && c >= '0' && c <= '9';
+    if (ok) step = step * 10 + (c - '0');
+  }
+  BMT_REQUIRE(ok && step <= max_step, "optimizer state '" << path << "': metadata 'step': expected a whole number of "
+                                                          << "steps in [0, " << max_step << "], found '" << text << "'");
+  return step;
 }
 
 }  // namespace io

@@ -61,6 +61,12 @@ std::uint64_t TokenLoader::sequence_at(std::uint64_t epoch, std::uint64_t positi
 }
 
 void TokenLoader::restore(const LoaderState& state) {
+  // A position at the end of the epoch is where the last step of an epoch leaves it (next() starts
+  // the next epoch); beyond it, the state belongs to other data.
+  BMT_REQUIRE(state.position <= sequences_,
+              "loader state: expected a position within the epoch's " << sequences_ << " sequences of " << options_.seq_len
+                  << " + 1 tokens, found " << state.position << " (was the checkpoint trained on other data, or "
+                  << "another --seq?)");
   state_ = state;
 }
 

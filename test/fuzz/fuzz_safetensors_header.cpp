@@ -1,7 +1,9 @@
 // Fuzz target: the safetensors header parser (bmt::io::SafetensorsHeader::parse), which reads the
-// first bytes of every checkpoint and model file. The input is a whole file. Rejection must be a
+// first bytes of every checkpoint and model file, and the optimizer's step count in the metadata of
+// optimizer.safetensors (bmt::io::optimizer_step). The input is a whole file. Rejection must be a
 // bmt::Error; an accepted header must describe tensors that tile the file's data section exactly,
-// and must parse the same from its header bytes alone.
+// and must parse the same from its header bytes alone; an accepted step is a whole number.
+#include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/safetensors_header.hpp>
 #include <bmtrain/runtime/error.hpp>
 
@@ -34,6 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     BMT_FUZZ_CHECK(again.tensors().size() == header.tensors().size());
     BMT_FUZZ_CHECK(again.metadata() == header.metadata());
     BMT_FUZZ_CHECK(SafetensorsHeader::json_length(file) + 8 == header.data_start());
+    const auto step = bmt::io::optimizer_step(header.metadata(), "optimizer.safetensors");
+    BMT_FUZZ_CHECK(!step || (*step >= 0 && *step <= (std::int64_t{1} << 53)));
+    BMT_FUZZ_CHECK(step.has_value() == (header.metadata().count("step") == 1));
   } catch (const bmt::Error&) {
     // Rejected with a message: what bad input must get.
   }

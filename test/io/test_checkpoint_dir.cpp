@@ -122,6 +122,38 @@ TEST(CheckpointDir, PartialSavesAreNeverLoaded) {
   EXPECT_TRUE(fs::exists(root + "/step-12"));
 }
 
+// A step directory named on the command line is loaded only with a marker that parses and names
+// its step: each way a marker can be wrong is an error naming the marker.
+TEST(CheckpointDir, MarkedStepOfAStepDirectory) {
+  SharedTempDir tmp;
+  const std::string root = tmp / "ckpt";
+  CheckpointDir ckpt(root, 0);
+  save_step(ckpt, 8);
+  EXPECT_EQ(CheckpointDir::marked_step(root + "/step-8"), 8);
+  EXPECT_EQ(CheckpointDir::marked_step(root + "/step-8/"), 8);
+  on_rank0([&] {
+    fs::create_directories(root + "/copy");
+    fs::copy_file(root + "/step-8/COMPLETE", root + "/copy/COMPLETE");
+  });
+  EXPECT_EQ(CheckpointDir::marked_step(root + "/copy"), 8) << "a directory of another name: the marker's step";
+  const auto with_marker = [&](const std::string& text) {
+    on_rank0([&] { bmt::test::write_file(root + "/step-8/COMPLETE", text); });
+    const std::string error = error_of([&] { CheckpointDir::marked_step(root + "/step-8"); });
+    bmt::test::barrier();  // every rank has read it before rank 0 writes the next
+    return error;
+  };
+  EXPECT_THAT(with_marker("garbage"), HasSubstr("step-8/COMPLETE': expected a JSON object {\"format\": 1, \"step\": N, ...}, found"));
+  EXPECT_THAT(with_marker("[8]"), HasSubstr("found [8]"));
+  EXPECT_THAT(with_marker("{\"format\": 1}"), HasSubstr("expected a whole number 'step', found none"));
+  EXPECT_THAT(with_marker("{\"format\": 1, \"step\": \"8\"}"), HasSubstr("expected a whole number 'step', found \"8\""));
+  EXPECT_THAT(with_marker("{\"format\": 1, \"step\": -8}"), HasSubstr("expected a whole number 'step', found -8"));
+  EXPECT_THAT(with_marker("{\"format\": 2, \"step\": 8}"), HasSubstr("expected format 1, found 2"));
+  EXPECT_THAT(with_marker("{\"format\": 1, \"step\": 9}"), HasSubstr("expected step 8 (the directory's), found 9"));
+  on_rank0([&] { fs::remove(root + "/step-8/COMPLETE"); });
+  EXPECT_THAT(error_of([&] { CheckpointDir::marked_step(root + "/step-8"); }),
+              HasSubstr("expected a complete checkpoint (a COMPLETE marker), found none"));
+}
+
 TEST(CheckpointDir, SaveKilledAtAnyPointLeavesThePreviousLoadable) {
   SharedTempDir tmp;
   const std::string root = tmp / "ckpt";

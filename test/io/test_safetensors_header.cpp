@@ -1,11 +1,14 @@
 // SafetensorsHeader: parsing files from other writers (any tensor order, padded headers) and
-// rejecting every malformed header with a message that names what was expected and found.
+// rejecting every malformed header with a message that names what was expected and found; the
+// optimizer step count kept in its metadata.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
+#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/model_checkpoint.hpp"
 #include "bmtrain/io/safetensors_header.hpp"
 #include "bmtrain/runtime/error.hpp"
 
@@ -216,4 +219,20 @@ TEST(SafetensorsHeader, DtypeNames) {
   EXPECT_EQ(bmt::io::safetensors_dtype_size("bf16"), 0u);
   EXPECT_EQ(bmt::io::dtype_from_safetensors("U16"), bmt::DType::u16);
   EXPECT_THROW(bmt::io::dtype_from_safetensors("F64"), bmt::Error);
+}
+
+// The optimizer's step count in optimizer.safetensors' metadata: a whole number or nothing (once
+// "abc" escaped as std::invalid_argument and "-5" resumed a run whose every loss was NaN).
+TEST(OptimizerStep, WholeNumbersOnly) {
+  using bmt::io::optimizer_step;
+  const auto step = [](const std::string& text) { return optimizer_step({{"step", text}}, "o.safetensors"); };
+  EXPECT_EQ(optimizer_step({}, "o.safetensors"), std::nullopt);
+  EXPECT_EQ(step("0"), 0);
+  EXPECT_EQ(step("12"), 12);
+  EXPECT_EQ(step("9007199254740992"), std::int64_t{1} << 53);
+  for (const char* bad : {"abc", "-5", "", "+3", "1.5", " 7", "7 ", "0x10", "9007199254740993", "99999999999999999999"})
+    EXPECT_THAT(bmt::io::error_of([&] { step(bad); }),
+                ::testing::HasSubstr(std::string("optimizer state 'o.safetensors': metadata 'step': expected a whole "
+                                                 "number of steps in [0, 9007199254740992], found '") + bad + "'"))
+        << bad;
 }

@@ -166,6 +166,15 @@ TEST(TokenLoader, RestoreContinuesExactlyOnAnyWorldSize) {
   }
   EXPECT_THAT(error_of([&] { nlohmann::json{{"epoch", 1}}.get<LoaderState>(); }),
               HasSubstr("expected a non-negative integer 'position', found none"));
+  // A position past the end of the epoch belongs to other data: refused on every rank alike,
+  // where the end itself is where the last step of an epoch leaves the loader.
+  const std::uint64_t end = resumed.sequences_per_epoch();
+  EXPECT_THAT(error_of([&] { resumed.restore({1, end + 1}); }),
+              HasSubstr("expected a position within the epoch's " + std::to_string(end) + " sequences"));
+  EXPECT_THAT(error_of([&] { resumed.restore({0, ~std::uint64_t{0}}); }), HasSubstr("found 18446744073709551615"));
+  resumed.restore({2, end});
+  EXPECT_EQ(resumed.next().rows, resumed.local_batch());
+  EXPECT_EQ(resumed.state(), (LoaderState{3, kBatch}));
 }
 
 TEST(TokenLoader, MicroBatchesSplitThisRanksRows) {

@@ -58,6 +58,10 @@ class CheckpointDir {
   static std::optional<std::int64_t> latest_complete(const std::string& root);
   // Local: the parsed COMPLETE marker of a step; throws bmt::Error if the step is not complete.
   static nlohmann::json completion(const std::string& root, std::int64_t step);
+  // Local: the step a step directory's COMPLETE marker names, for a directory given by path (it
+  // need not be named step-<N>; if it is, the marker must name N). Throws bmt::Error naming the
+  // marker and what is wrong with it when it is missing, not JSON, or names no step or another.
+  static std::int64_t marked_step(const std::string& step_dir);
 
  private:
   void prune(std::int64_t just_saved) const;

@@ -8,7 +8,9 @@
 //   bmt::save(model, "ckpt/step-100/model.safetensors");
 //   bmt::load(model, "model.safetensors");                 // strict: names and shapes must match
 //   bmt::io::save_optimizer(adamw, dir + "/optimizer.safetensors");
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "bmtrain/io/safetensors_file.hpp"
@@ -35,8 +37,13 @@ namespace io {
 
 // Collective. The optimizer's per-parameter state (f32 master weights, moments, ...).
 void save_optimizer(const optim::Optimizer& optimizer, const std::string& path);
-// Collective. Strict: every state tensor must be present with the right shape.
+// Collective. Strict: every state tensor must be present with the right shape, and the step
+// count in the metadata a whole number (optimizer_step).
 void load_optimizer(optim::Optimizer& optimizer, const std::string& path);
+// The optimizer's step count in a file's metadata ("step": the updates it has applied), or
+// nullopt when there is none; throws bmt::Error naming `path` unless it is a whole number in
+// [0, 2^53] (any run's step count, and exact in a double).
+std::optional<std::int64_t> optimizer_step(const std::map<std::string, std::string>& metadata, const std::string& path);
 
 }  // namespace io
 }  // namespace bmt

@@ -69,6 +69,7 @@ class TokenLoader {
   TokenBatch next();
 
   LoaderState state() const { return state_; }
+  // Continues from `state`; throws bmt::Error if its position is beyond this source's epoch.
   void restore(const LoaderState& state);
 
   std::size_t local_batch() const { return options_.global_batch / static_cast<std::size_t>(options_.world_size); }
