@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "config_file.hpp"
 
@@ -79,6 +80,20 @@ CLI::Validator training_dtype() {
         return "expected f32, bf16 or f16 (or fp32, float32, bfloat16, fp16, float16), found '" + text + "'";
       },
       "DTYPE");
+}
+
+// One of `names`.
+CLI::Validator one_of(std::vector<std::string> names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return CLI::Validator(
+      [names, list](std::string& text) -> std::string {
+        for (const auto& n : names)
+          if (text == n) return std::string();
+        return "expected " + list + ", found '" + text + "'";
+      },
+      "NAME");
 }
 
 // Adds options to the app and notes what each takes, for the config file reader.
@@ -158,7 +173,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention
      << "; keep_residual=" << o.keep_residual << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
      << "; offload=" << o.offload << "; loss_chunk=" << o.loss_chunk
-     << "; data=" << o.data << "; val_data=" << o.val_data << "; batch=" << o.batch
+     << "; data=" << o.data << "; data_format=" << o.data_format << "; val_data=" << o.val_data << "; batch=" << o.batch
      << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
      << "; lr=" << o.lr << "; min_lr=" << o.min_lr << "; schedule=" << o.schedule << "; warmup=" << o.warmup
      << "; weight_decay=" << o.weight_decay << "; beta1=" << o.beta1 << "; beta2=" << o.beta2
@@ -222,6 +237,11 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
 
   t.add("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
       ->capture_default_str();
+  t.add("--data-format", o.data_format,
+        "Token files of --data and --val-data: auto (llm.c shards by their header; headerless uint16 only when "
+        "named train.bin or val.bin, as nanoGPT writes them), llmc, or raw (headerless uint16)")
+      ->capture_default_str()
+      ->check(one_of({"auto", "llmc", "raw"}));
   t.add("--val-data", o.val_data, "Validation token files (default: held-out synthetic data, or none)");
   t.add_whole("--batch", o.batch, "Global batch: sequences per optimizer step over all ranks", at_least(1, ""))
       ->capture_default_str();
@@ -236,7 +256,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add("--min-lr", o.min_lr, "Final learning rate of linear/cosine schedules")->capture_default_str();
   t.add("--schedule", o.schedule, "constant, linear, cosine, noam or exponential")
       ->capture_default_str()
-      ->check(CLI::IsMember({"constant", "linear", "cosine", "noam", "exponential"}));
+      ->check(one_of({"constant", "linear", "cosine", "noam", "exponential"}));
   t.add_whole("--warmup", o.warmup, "Linear warmup steps", at_least(0, ""))->capture_default_str();
   t.add("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
   t.add("--beta1", o.beta1, "AdamW beta1")->capture_default_str();

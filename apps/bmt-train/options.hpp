@@ -25,6 +25,7 @@ struct TrainOptions {
   std::int64_t loss_chunk = 0;  // rows of the head and loss at a time (0: all at once)
   // data
   std::string data = "synthetic";
+  std::string data_format = "auto";  // token files: auto (llm.c, or nanoGPT's train.bin/val.bin), llmc or raw
   std::string val_data;  // default: held-out synthetic sequences, or none for files
   std::int64_t batch = 16;       // global sequences per optimizer step
   std::int64_t micro_batch = 0;  // sequences per rank per forward; 0: the whole local batch

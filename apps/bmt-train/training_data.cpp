@@ -16,9 +16,10 @@ TrainingData open_training_data(const TrainOptions& o, const ModelConfig& c) {
     d.train = chain;
     d.val = chain;  // evaluated in another order (the validation loader's seed)
   } else {
-    d.train = std::make_shared<bmt::io::TokenDataset>(o.data);
+    d.train = std::make_shared<bmt::io::TokenDataset>(o.data, bmt::io::parse_token_file_format(o.data_format));
   }
-  if (!o.val_data.empty()) d.val = std::make_shared<bmt::io::TokenDataset>(o.val_data);
+  if (!o.val_data.empty())
+    d.val = std::make_shared<bmt::io::TokenDataset>(o.val_data, bmt::io::parse_token_file_format(o.data_format));
   return d;
 }
 

@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,30 +16,75 @@
 
 namespace bmt::io {
 
+TokenFileFormat parse_token_file_format(const std::string& name) {
+  if (name == "auto") return TokenFileFormat::detect;
+  if (name == "llmc") return TokenFileFormat::llmc;
+  if (name == "raw") return TokenFileFormat::raw_u16;
+  BMT_REQUIRE(false, "token file format: expected auto, llmc or raw, found '" << name << "'");
+  return TokenFileFormat::detect;
+}
+
+namespace {
+
+// nanoGPT's prepare scripts write train.bin and val.bin: headerless uint16 tokens.
+bool named_like_nanogpt(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return name == "train.bin" || name == "val.bin";
+}
+
+// An llm.c header but for its magic number: version 1, a positive count, the unused ints zero.
+bool looks_like_llmc_header(const std::int32_t* header, std::uint64_t bytes) {
+  if (bytes < TokenShard::kLlmcHeaderBytes || header[1] != TokenShard::kLlmcVersion || header[2] <= 0) return false;
+  for (std::size_t i = 3; i < TokenShard::kLlmcHeaderBytes / sizeof(std::int32_t); ++i)
+    if (header[i] != 0) return false;
+  return true;
+}
+
+bool same_time(const timespec& a, const timespec& b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+}  // namespace
+
 TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  BMT_REQUIRE(fd >= 0, "token file '" << path << "': cannot open: " << detail::errno_text(errno));
-  std::uint64_t bytes = 0;
-  std::int32_t header[3] = {0, 0, 0};
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  BMT_REQUIRE(fd_ >= 0, "token file '" << path << "': cannot open: " << detail::errno_text(errno));
+  std::int32_t header[kLlmcHeaderBytes / sizeof(std::int32_t)] = {};
+  std::string problem;
   try {
-    bytes = detail::file_size(fd, path);
-    if (bytes >= sizeof header) detail::pread_all(fd, header, sizeof header, 0, path);
-    else if (bytes >= 4) detail::pread_all(fd, header, 4, 0, path);
+    struct stat st {};
+    BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path << "': cannot stat: " << detail::errno_text(errno));
+    bytes_ = static_cast<std::uint64_t>(st.st_size);
+    modified_ = st.st_mtim;
+    detail::pread_all(fd_, header, static_cast<std::size_t>(std::min<std::uint64_t>(bytes_, sizeof header)), 0, path);
   } catch (...) {
-    ::close(fd);
+    ::close(fd_);
     throw;
   }
-  if (format == TokenFileFormat::detect)
-    format = bytes >= 4 && header[0] == kLlmcMagic ? TokenFileFormat::llmc : TokenFileFormat::raw_u16;
-  format_ = format;
-
-  std::uint64_t offset = 0;
-  std::string problem;
+  const bool magic = bytes_ >= 4 && header[0] == kLlmcMagic;
   std::ostringstream os;
+  if (format == TokenFileFormat::detect) {
+    if (magic) {
+      format = TokenFileFormat::llmc;
+    } else if (looks_like_llmc_header(header, bytes_)) {
+      os << "token file '" << path << "': expected the llm.c magic number " << kLlmcMagic
+         << " in the first int32 of what is otherwise an llm.c header (version " << header[1] << ", " << header[2]
+         << " tokens), found " << header[0] << " (a damaged shard?)";
+    } else if (named_like_nanogpt(path)) {
+      format = TokenFileFormat::raw_u16;
+    } else {
+      os << "token file '" << path << "': expected an llm.c shard (the magic number " << kLlmcMagic
+         << " in its first int32), found ";
+      if (bytes_ < 4) os << "a file of " << bytes_ << " bytes";
+      else os << header[0];
+      os << "; headerless uint16 tokens are read as raw only when asked for (bmt-train --data-format raw) or "
+            "when named train.bin or val.bin, as nanoGPT writes them";
+    }
+  }
+  format_ = format;
   if (format == TokenFileFormat::llmc) {
     const std::string what = "token file '" + path + "' (llm.c format): ";
-    if (bytes < kLlmcHeaderBytes)
-      os << what << "expected a header of " << kLlmcHeaderBytes << " bytes, found a file of " << bytes
+    if (bytes_ < kLlmcHeaderBytes)
+      os << what << "expected a header of " << kLlmcHeaderBytes << " bytes, found a file of " << bytes_
          << " bytes (truncated)";
     else if (header[0] != kLlmcMagic)
       os << what << "expected the magic number " << kLlmcMagic << " in the first int32, found " << header[0];
@@ -47,51 +92,82 @@ TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(
       os << what << "expected version " << kLlmcVersion << " (uint16 tokens), found " << header[1];
     else if (header[2] <= 0)
       os << what << "expected a positive token count, found " << header[2];
-    else if (bytes - kLlmcHeaderBytes != 2 * static_cast<std::uint64_t>(header[2]))
+    else if (bytes_ - kLlmcHeaderBytes != 2 * static_cast<std::uint64_t>(header[2]))
       os << what << "the header says " << header[2] << " tokens (" << 2 * static_cast<std::uint64_t>(header[2])
-         << " bytes after the header), but the file has " << bytes - kLlmcHeaderBytes << " bytes after it"
-         << (bytes - kLlmcHeaderBytes < 2 * static_cast<std::uint64_t>(header[2]) ? " (count beyond the file)"
-                                                                               : " (bytes after the last token)");
-    offset = kLlmcHeaderBytes;
+         << " bytes after the header), but the file has " << bytes_ - kLlmcHeaderBytes << " bytes after it"
+         << (bytes_ - kLlmcHeaderBytes < 2 * static_cast<std::uint64_t>(header[2]) ? " (count beyond the file)"
+                                                                                 : " (bytes after the last token)");
+    offset_ = kLlmcHeaderBytes;
     count_ = header[2] > 0 ? static_cast<std::uint64_t>(header[2]) : 0;
-  } else {
+  } else if (format == TokenFileFormat::raw_u16) {
     const std::string what = "token file '" + path + "' (raw uint16): ";
-    if (bytes == 0) os << what << "expected at least one token, found an empty file";
-    else if (bytes % 2 != 0) os << what << "expected an even number of bytes (uint16 tokens), found " << bytes;
-    count_ = bytes / 2;
+    if (bytes_ == 0) os << what << "expected at least one token, found an empty file";
+    else if (bytes_ % 2 != 0) os << what << "expected an even number of bytes (uint16 tokens), found " << bytes_;
+    else if (magic)
+      os << what << "expected headerless tokens, found an llm.c header (the magic number " << kLlmcMagic
+         << "): read it as llm.c (format auto or llmc)";
+    count_ = bytes_ / 2;
   }
   problem = os.str();
   if (!problem.empty()) {
-    ::close(fd);
+    ::close(fd_);
     BMT_REQUIRE(false, problem);
   }
-  map_bytes_ = static_cast<std::size_t>(bytes);
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps the file
-  BMT_REQUIRE(map_ != MAP_FAILED, "token file '" << path << "': cannot map " << bytes << " bytes: " << detail::errno_text(err));
-  // Sequences are read at random positions: tell the kernel not to read ahead much.
-  ::madvise(map_, map_bytes_, MADV_RANDOM);
-  tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map_) + offset);
 }
 
 TokenShard::~TokenShard() {
-  if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 TokenShard::TokenShard(TokenShard&& other) noexcept { *this = std::move(other); }
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_bytes_);
+    if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     format_ = other.format_;
-    map_ = std::exchange(other.map_, nullptr);
-    map_bytes_ = std::exchange(other.map_bytes_, 0);
-    tokens_ = std::exchange(other.tokens_, nullptr);
+    fd_ = std::exchange(other.fd_, -1);
+    bytes_ = std::exchange(other.bytes_, 0);
+    modified_ = other.modified_;
+    offset_ = std::exchange(other.offset_, 0);
     count_ = std::exchange(other.count_, 0);
   }
   return *this;
+}
+
+void TokenShard::read(std::uint64_t first, std::size_t count, std::uint16_t* out) const {
+  BMT_REQUIRE(first <= count_ && count <= count_ - first, "token file '" << path_ << "': expected tokens below "
+                                                                          << count_ << ", asked for [" << first << ", "
+                                                                          << first + count << ")");
+  struct stat st {};
+  BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path_ << "': cannot stat: " << detail::errno_text(errno));
+  const auto now = static_cast<std::uint64_t>(st.st_size);
+  BMT_REQUIRE(now == bytes_, "token file '" << path_ << "' changed while the job reads it: expected its " << bytes_
+                                            << " bytes as when it was opened, found " << now
+                                            << (now < bytes_ ? " (truncated)" : " (grown)"));
+  BMT_REQUIRE(same_time(st.st_mtim, modified_),
+              "token file '" << path_ << "' changed while the job reads it: expected it unmodified since it was "
+                             << "opened, found it written again (its modification time moved)");
+  char* p = reinterpret_cast<char*>(out);
+  const std::size_t bytes = count * sizeof(std::uint16_t);
+  const std::uint64_t at = offset_ + first * sizeof(std::uint16_t);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(at + done));
+    if (n < 0 && errno == EINTR) continue;
+    BMT_REQUIRE(n >= 0, "token file '" << path_ << "': reading " << bytes << " bytes at offset " << at
+                                       << " failed: " << detail::errno_text(errno));
+    BMT_REQUIRE(n > 0, "token file '" << path_ << "' changed while the job reads it: expected " << bytes_
+                                      << " bytes as when it was opened, found its end at byte " << at + done
+                                      << " (truncated)");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::uint16_t TokenShard::operator[](std::uint64_t i) const {
+  std::uint16_t t = 0;
+  read(i, 1, &t);
+  return t;
 }
 
 TokenDataset::TokenDataset(const std::string& pattern, TokenFileFormat format) {
@@ -138,8 +214,9 @@ void TokenDataset::sequence(std::uint64_t index, std::size_t seq_len, std::int32
       k -= n;
       continue;
     }
-    const std::uint16_t* first = s.tokens() + k * seq_len;
-    for (std::size_t t = 0; t <= seq_len; ++t) out[t] = first[t];
+    std::vector<std::uint16_t> tokens(seq_len + 1);
+    s.read(k * seq_len, seq_len + 1, tokens.data());
+    for (std::size_t t = 0; t <= seq_len; ++t) out[t] = tokens[t];
     return;
   }
   BMT_REQUIRE(false, "TokenDataset: expected a sequence index below " << sequence_count(seq_len)

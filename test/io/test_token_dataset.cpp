@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <climits>
 #include <set>
 
@@ -58,11 +62,73 @@ TEST(TokenShard, ReadsLlmcAndRawFiles) {
   EXPECT_EQ(raw.format(), TokenFileFormat::raw_u16);
   ASSERT_EQ(raw.size(), 3u);
   EXPECT_EQ(raw[2], 7);
-  // Forcing the raw format reads an llm.c file's header as tokens.
-  EXPECT_EQ(TokenShard(dir / "a.bin", TokenFileFormat::raw_u16).size(), 512u + 4u);
-  // Moves keep the mapping valid.
+  // Asking for raw tokens from a file with an llm.c header is a mistake, not 512 tokens of header.
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "a.bin", TokenFileFormat::raw_u16); }),
+              HasSubstr("(raw uint16): expected headerless tokens, found an llm.c header (the magic number 20240520)"));
+  // Moves keep the file open.
   TokenShard moved = std::move(a);
   EXPECT_EQ(moved[1], 6);
+  std::vector<std::uint16_t> all(4);
+  moved.read(0, 4, all.data());
+  EXPECT_EQ(all, (std::vector<std::uint16_t>{5, 6, 65535, 0}));
+  EXPECT_THAT(error_of([&] { moved.read(3, 2, all.data()); }), HasSubstr("expected tokens below 4, asked for [3, 5)"));
+}
+
+// Without the llm.c magic a file is raw tokens only when asked for, or named as nanoGPT names them:
+// anything else could be a damaged shard, or no token file at all.
+TEST(TokenShard, HeaderlessFilesOnlyWhenAskedForOrNamedSo) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "tokens.u16", raw_file({9, 8, 7}));
+  bmt::test::write_file(dir / "val.bin", raw_file({9, 8, 7}));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "tokens.u16"); }),
+              HasSubstr("tokens.u16': expected an llm.c shard (the magic number 20240520 in its first int32), found "
+                        "524297; headerless uint16 tokens are read as raw only when asked for (bmt-train --data-format "
+                        "raw) or when named train.bin or val.bin"));
+  EXPECT_EQ(TokenShard(dir / "tokens.u16", TokenFileFormat::raw_u16).size(), 3u);
+  EXPECT_EQ(TokenShard(dir / "val.bin").format(), TokenFileFormat::raw_u16);
+  bmt::test::write_file(dir / "one.bin", "x");
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "one.bin"); }), HasSubstr("found a file of 1 bytes"));
+  EXPECT_EQ(bmt::io::parse_token_file_format("auto"), TokenFileFormat::detect);
+  EXPECT_EQ(bmt::io::parse_token_file_format("raw"), TokenFileFormat::raw_u16);
+  EXPECT_THAT(error_of([&] { bmt::io::parse_token_file_format("u16"); }),
+              HasSubstr("expected auto, llmc or raw, found 'u16'"));
+}
+
+// A file changed while it is read: truncated (which through a mapping was SIGBUS), grown, or
+// written again, each is an error naming the file at the next read.
+TEST(TokenShard, AFileChangedUnderTheReaderIsAnError) {
+  SharedTempDir dir;
+  const std::string path = dir / "a.bin";
+  const std::string bytes = llmc_file(iota_tokens(4096, 0));
+  bmt::test::write_file(path, bytes);
+  TokenDataset data(path);
+  std::vector<std::int32_t> seq(65);
+  data.sequence(60, 64, seq.data());
+  EXPECT_EQ(seq[0], 60 * 64);
+  ASSERT_EQ(::truncate(path.c_str(), 2048), 0);
+  EXPECT_THAT(error_of([&] { data.sequence(60, 64, seq.data()); }),
+              HasSubstr("a.bin' changed while the job reads it: expected its 9216 bytes as when it was opened, found "
+                        "2048 (truncated)"));
+  EXPECT_THAT(error_of([&] { data.sequence(0, 64, seq.data()); }), HasSubstr("(truncated)"));
+  bmt::test::write_file(path, bytes + "more");
+  EXPECT_THAT(error_of([&] { data.sequence(0, 64, seq.data()); }), HasSubstr("found 9220 (grown)"));
+
+  bmt::test::write_file(dir / "b.bin", bytes);
+  TokenDataset same_size(dir / "b.bin");
+  const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};  // written again, as far as its clock says
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir / "b.bin").c_str(), times, 0), 0);
+  EXPECT_THAT(error_of([&] { same_size.sequence(0, 64, seq.data()); }),
+              HasSubstr("b.bin' changed while the job reads it: expected it unmodified since it was opened, found it "
+                        "written again"));
+}
+
+// An llm.c shard whose magic number is damaged is not read as raw tokens, whatever its name.
+TEST(TokenShard, AnLlmcHeaderWithAWrongMagicIsRefused) {
+  SharedTempDir dir;
+  bmt::test::write_file(dir / "train.bin", llmc_file(iota_tokens(8, 0), 20240521));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "train.bin"); }),
+              HasSubstr("expected the llm.c magic number 20240520 in the first int32 of what is otherwise an llm.c "
+                        "header (version 1, 8 tokens), found 20240521 (a damaged shard?)"));
 }
 
 TEST(TokenShard, TruncatedHeader) {
@@ -103,10 +169,10 @@ TEST(TokenShard, CountBeyondTheFile) {
 TEST(TokenShard, RawFileProblems) {
   SharedTempDir dir;
   bmt::test::write_file(dir / "odd.bin", "abc");
-  EXPECT_THAT(error_of([&] { TokenShard s(dir / "odd.bin"); }),
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "odd.bin", TokenFileFormat::raw_u16); }),
               HasSubstr("(raw uint16): expected an even number of bytes (uint16 tokens), found 3"));
   bmt::test::write_file(dir / "empty.bin", "");
-  EXPECT_THAT(error_of([&] { TokenShard s(dir / "empty.bin"); }), HasSubstr("found an empty file"));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "empty.bin", TokenFileFormat::raw_u16); }), HasSubstr("found an empty file"));
   EXPECT_THAT(error_of([&] { TokenShard s(dir / "missing.bin"); }), HasSubstr("cannot open: No such file"));
 }
 

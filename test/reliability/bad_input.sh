@@ -50,9 +50,9 @@ bad "llm.c token file of version 7" "expected version 1" "${run[@]}" --data "$wo
 { int32 20240520 1 5000; head -c $((253 * 4)) /dev/zero; tokens 1000 1; } >"$work/count.bin"
 bad "llm.c token file whose count is beyond the file" "count beyond the file" "${run[@]}" --data "$work/count.bin" --metrics "$work/m.jsonl"
 { tokens 1000 1; printf 'x'; } >"$work/odd.bin"
-bad "raw token file of an odd size" "expected an even number of bytes" "${run[@]}" --data "$work/odd.bin" --metrics "$work/m.jsonl"
+bad "raw token file of an odd size" "expected an even number of bytes" "${run[@]}" --data "$work/odd.bin" --data-format raw --metrics "$work/m.jsonl"
 tokens 100 1 >"$work/short.bin"
-bad "token file shorter than one global batch" "expected at least one global batch" "${run[@]}" --data "$work/short.bin" --metrics "$work/m.jsonl"
+bad "token file shorter than one global batch" "expected at least one global batch" "${run[@]}" --data "$work/short.bin" --data-format raw --metrics "$work/m.jsonl"
 
 printf 'seed = [oops\n' >"$work/array.toml"
 bad "--config with an unterminated array" "line 1: expected one value for 'seed', found an array \[oops" "${run[@]}" --config "$work/array.toml" --metrics "$work/m.jsonl"
@@ -70,7 +70,7 @@ JOB_ENV="BMT_TRAIN_FAULT=explode:3" bad "BMT_TRAIN_FAULT malformed" "BMT_TRAIN_F
 # One token id out of range (300 >= vocab 256) in one sequence: only the rank that draws it fails,
 # while its peer waits in the step's first collective. The job must still end, within 60 s.
 { tokens 100 1; tokens 1 300; tokens 4000 2; } >"$work/onebad.bin"
-job 2 "${tiny[@]}" --steps 40 --data "$work/onebad.bin" --metrics "$work/m.jsonl"
+job 2 "${tiny[@]}" --steps 40 --data "$work/onebad.bin" --data-format raw --metrics "$work/m.jsonl"
 expect_failure "a token id out of range seen by one rank only" nonzero \
   "bmt-train: error on rank [01]: .*expected tokens below the vocabulary size 256, found 300" 60
 grep -q "did not stop within 20 s .*: ending the job" <<<"$out" || fail "one bad token: expected the failing rank to end the job"

@@ -1,13 +1,26 @@
 #pragma once
-// Token files, memory-mapped: llm.c shards and nanoGPT's headerless train.bin.
+// Token files: llm.c shards and nanoGPT's headerless train.bin.
 //
 //   llm.c:   256 int32 header (magic 20240520, version 1, token count N, rest unused), then N uint16
 //   raw:     uint16 tokens and nothing else (nanoGPT's train.bin / val.bin)
 //
+// A raw file has nothing to check its contents by, so it is read only when asked for (raw_u16), or
+// by `detect` when it is named as nanoGPT names its files: train.bin or val.bin. Anything else
+// without the llm.c magic is refused when opened, as is a file whose header looks like llm.c's but
+// whose magic number is wrong.
+//
+// Files are read with pread, not mapped: a file truncated under a mapping kills the process with
+// SIGBUS at the first read past its new end. A shard remembers its file's size and modification
+// time and checks both at every read, so a file changed or truncated while a job reads it ends the
+// job with a bmt::Error naming it.
+//
 // TokenDataset takes every file matching a glob pattern, sorted by path, and offers their
 // sequences: window k of a shard is tokens [k*T, k*T + T + 1) (windows never cross shards), so each
 // token is a target exactly once per epoch.
+#include <sys/types.h>
+
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -16,12 +29,15 @@
 namespace bmt::io {
 
 enum class TokenFileFormat {
-  detect,  // llm.c if the first int32 is the llm.c magic, raw otherwise
+  detect,  // llm.c if the first int32 is the llm.c magic; raw only for nanoGPT's names (train.bin, val.bin)
   llmc,
   raw_u16,
 };
 
-// One token file, mapped read-only; validated when opened.
+// "auto" (detect), "llmc" or "raw"; throws bmt::Error naming the accepted names otherwise.
+TokenFileFormat parse_token_file_format(const std::string& name);
+
+// One token file, open for reading; validated when opened.
 class TokenShard {
  public:
   static constexpr std::int32_t kLlmcMagic = 20240520;
@@ -38,15 +54,18 @@ class TokenShard {
   const std::string& path() const { return path_; }
   TokenFileFormat format() const { return format_; }  // llmc or raw_u16, never detect
   std::uint64_t size() const { return count_; }      // tokens
-  const std::uint16_t* tokens() const { return tokens_; }
-  std::uint16_t operator[](std::uint64_t i) const { return tokens_[i]; }
+  // Tokens [first, first + count) into `out`. Throws bmt::Error if the range is beyond the shard,
+  // or the file has changed since it was opened (size or modification time) or ends early.
+  void read(std::uint64_t first, std::size_t count, std::uint16_t* out) const;
+  std::uint16_t operator[](std::uint64_t i) const;
 
  private:
   std::string path_;
   TokenFileFormat format_ = TokenFileFormat::raw_u16;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
-  const std::uint16_t* tokens_ = nullptr;
+  int fd_ = -1;
+  std::uint64_t bytes_ = 0;   // the file's size when opened
+  timespec modified_{};       // its modification time then
+  std::uint64_t offset_ = 0;  // bytes before the first token
   std::uint64_t count_ = 0;
 };
 
