@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <tuple>
 
 namespace bmt_train {
 
@@ -48,15 +49,20 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   else if (name == "kill-save-model") f.point_ = Point::save_model_written;
   else if (name == "kill-save-files") f.point_ = Point::save_files_written;
   f.kind_ = f.point_ != Point::none ? Kind::kill : name == "nan-loss" ? Kind::nan_loss : name == "inf-loss" ? Kind::inf_loss : Kind::none;
-  if (name == "disk-full") {
-    f.kind_ = Kind::disk_full;
-    f.point_ = Point::save_begun;
-  }
+  for (const auto& [fault, point, limit] : {std::tuple{"disk-full", Point::save_begun, 4096},
+                                            std::tuple{"disk-full-metrics", Point::metrics_record, 4096},
+                                            std::tuple{"disk-full-plot", Point::plot, 256}})
+    if (name == fault) {
+      f.kind_ = Kind::disk_full;
+      f.point_ = point;
+      f.file_size_limit_ = limit;
+    }
   std::int64_t rank = 0;
   BMT_REQUIRE(f.kind_ != Kind::none && read_number(step_text, f.step_) && f.step_ > 0 && read_number(rank_text, rank) &&
                   rank < (1 << 30),
               "BMT_TRAIN_FAULT: expected <fault>:<step>[:<rank>] with fault kill-step, kill-save-begun, kill-save-model, "
-              "kill-save-files, disk-full, nan-loss or inf-loss and a step > 0, found '"
+              "kill-save-files, disk-full, disk-full-metrics, disk-full-plot, nan-loss or inf-loss and a step > 0, "
+              "found '"
                   << spec << "'");
   f.rank_ = static_cast<int>(rank);
   return f;
@@ -70,10 +76,10 @@ void FaultInjection::at(Point point, std::int64_t step) const {
     std::signal(SIGXFSZ, SIG_IGN);
     struct rlimit limit {};
     ::getrlimit(RLIMIT_FSIZE, &limit);
-    limit.rlim_cur = 4096;
+    limit.rlim_cur = static_cast<rlim_t>(file_size_limit_);
     ::setrlimit(RLIMIT_FSIZE, &limit);
-    std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: file size limit now 4 KiB at step %lld (t=%.3f)\n", rank_,
-                 static_cast<long long>(step), wall_seconds());
+    std::fprintf(stderr, "[rank %d] BMT_TRAIN_FAULT: file size limit now %lld bytes at step %lld (t=%.3f)\n", rank_,
+                 static_cast<long long>(file_size_limit_), static_cast<long long>(step), wall_seconds());
     return;
   }
   if (kind_ != Kind::kill) return;

@@ -12,6 +12,10 @@
 //   disk-full         in the save of step <step>, once its temporary directory exists, that rank's
 //                     file size limit (RLIMIT_FSIZE) drops to 4 KiB, so its writes fail as on a full
 //                     disk (SIGXFSZ is ignored, so the write returns an error instead)
+//   disk-full-metrics the same before rank <rank>'s metrics record of step <step>: the record that
+//                     crosses 4 KiB of the file is cut off there, and later ones fail whole
+//   disk-full-plot    the same, at 256 bytes, before the loss curve is drawn after step <step> (the
+//                     last step): every picture is larger
 //   nan-loss          the loss of step <step> on that rank is multiplied by NaN (so are its gradients)
 //   inf-loss          the same with +infinity
 #include <cstdint>
@@ -21,7 +25,7 @@ namespace bmt_train {
 
 class FaultInjection {
  public:
-  enum class Point { none, after_backward, save_begun, save_model_written, save_files_written };
+  enum class Point { none, after_backward, save_begun, save_model_written, save_files_written, metrics_record, plot };
 
   // Reads BMT_TRAIN_FAULT; throws bmt::Error for a value it cannot read.
   static FaultInjection from_environment();
@@ -40,6 +44,7 @@ class FaultInjection {
   bool here(std::int64_t step) const;
   Kind kind_ = Kind::none;
   Point point_ = Point::none;
+  std::int64_t file_size_limit_ = 0;  // disk_full: bytes
   std::int64_t step_ = 0;
   int rank_ = 0;
 };

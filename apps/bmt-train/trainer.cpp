@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "checkpoint_paths.hpp"
+#include "output_files.hpp"
 #include "peak_flops.hpp"
 #include "progress_bar.hpp"
 
@@ -165,6 +166,9 @@ void Trainer::resume() {
 void Trainer::open_outputs() {
   agreed([&] {
     log_ = std::make_unique<StepLog>(o_, facts_.start_step);
+    // Each rank writes its own trace at the end; whether it can is known now.
+    if (!o_.timeline.empty())
+      check_output_file("--timeline", bmt::timeline::rank_path(o_.timeline, bmt::rank()), /*create_parents=*/true);
     if (!o_.save.empty()) {
       checkpoints_.emplace(o_.save, o_.keep_last);
       if (bmt::rank() == 0) check_writable_root(o_.save);
@@ -175,6 +179,11 @@ void Trainer::open_outputs() {
   // --metrics decide which steps those are, for every rank.
   loss_every_ = o_.metrics.empty() ? o_.log_every : 1;
   BMT_MPI_CHECK(MPI_Bcast(&loss_every_, 1, MPI_INT64_T, 0, bmt::context().mpi_comm()));
+  // Rank 0's metrics writes are agreed on (a full disk ends every rank at once): every rank must
+  // know whether there are any.
+  int records = log_->records() ? 1 : 0;
+  BMT_MPI_CHECK(MPI_Bcast(&records, 1, MPI_INT, 0, bmt::context().mpi_comm()));
+  records_metrics_ = records != 0;
   staging_ = std::make_unique<TokenStaging>(2 * static_cast<std::size_t>(facts_.accumulation),
                                             static_cast<std::size_t>(facts_.micro_batch * o_.seq) * sizeof(std::int32_t));
   if (!o_.timeline.empty())
@@ -280,8 +289,12 @@ int Trainer::run() {
     r.mem_bytes = mem.allocated_bytes;
     r.mem_peak_bytes = mem.peak_allocated_bytes;
     if (eval_now) r.eval_loss = evaluate();
+    if (records_metrics_) {
+      fault_.at(FaultInjection::Point::metrics_record, r.step);
+      agreed([&] { log_->record(r); });
+    }
     if (log_->prints(r)) bar.clear();
-    log_->add(r);
+    log_->print(r);
     bar.show(s + 1, o_.steps, seconds_per_step);
     if (checkpoints_ && o_.save_every > 0 && (s + 1) % o_.save_every == 0 && !last) {
       bar.clear();
@@ -294,12 +307,16 @@ int Trainer::run() {
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
   if (!o_.timeline.empty()) {
-    bmt::timeline::write();
+    agreed([&] { bmt::timeline::write(); });
     bmt::print_rank("timeline: ", bmt::timeline::rank_path(o_.timeline, 0), " (one file per rank)");
   }
-  if (o_.steps > start)
-    log_->finish("bmt-train " + o_.model + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
-                 data_.entropy_rate);
+  if (o_.steps > start) {
+    fault_.at(FaultInjection::Point::plot, o_.steps);
+    agreed([&] {
+      log_->finish("bmt-train " + o_.model + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
+                   data_.entropy_rate);
+    });
+  }
   return 0;
 }
 

@@ -62,6 +62,7 @@ class Trainer {
   std::unique_ptr<StepLog> log_;
   std::unique_ptr<TokenStaging> staging_;
   std::int64_t loss_every_ = 1;  // steps between reads of the loss (a host wait and a collective)
+  bool records_metrics_ = false;  // rank 0 writes --metrics (every rank knows)
   std::vector<bmt::Tensor> losses_;  // the current step's micro-batch losses, on the device
 };
 

@@ -176,7 +176,12 @@ void enable_on(const std::string& path, Detail level, Stream& base) {
   if (hook) {
     // Written while the device and the rank are still there; then the clock's events go.
     at_finalize([] {
-      write();
+      // Finalizing cannot fail: a trace that cannot be written is a warning here.
+      try {
+        write();
+      } catch (const Error& e) {
+        warn(e.what());
+      }
       auto& st = state();
       std::lock_guard<std::mutex> lock(st.mutex);
       detail::shutdown(st);
@@ -247,11 +252,8 @@ void write() {
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);  // an error shows when opening
   std::ofstream f(out, std::ios::trunc);
   f << trace.dump() << '\n';
-  f.flush();
-  if (!f) {
-    warn("timeline: cannot write '", out, "'");
-    return;
-  }
+  f.close();
+  BMT_REQUIRE(f, "timeline: cannot write '" << out << "' (a missing directory, no permission, a full disk?)");
   if (s.dropped > 0)
     warn("timeline: ", s.dropped, " spans after the first ", kMaxSpans, " were not recorded (", out, ")");
 }

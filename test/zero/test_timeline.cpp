@@ -363,3 +363,26 @@ TEST(Timeline, SpansBeyondTheCapAreCountedNotKept) {
 }
 
 }  // namespace
+
+// A trace that cannot be written is an error naming the file (it used to be a warning, after which
+// bmt-train exited 0 and printed the path as written).
+TEST(Timeline, WriteThatFailsIsAnError) {
+  bmt::timeline::reset();
+  const std::string blocker = shared_prefix() + ".file";
+  if (bmt::rank() == 0) std::ofstream(blocker) << "a file, not a directory";
+  bmt::synchronize();
+  bmt::timeline::enable(blocker + "/trace.json");
+  Training training;
+  training.step();
+  try {
+    bmt::timeline::write();
+    ADD_FAILURE() << "expected bmt::Error";
+  } catch (const bmt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timeline: cannot write '" + bmt::timeline::rank_path(blocker + "/trace.json", bmt::rank()) + "'"),
+              std::string::npos)
+        << e.what();
+  }
+  bmt::timeline::reset();
+  bmt::synchronize();
+  if (bmt::rank() == 0) std::remove(blocker.c_str());
+}

@@ -59,6 +59,7 @@ inline bool ops_enabled() { return enabled() && detail::g_ops.load(std::memory_o
 void disable();
 // Resolves every recorded span (waiting for the streams to reach them) and writes this rank's
 // trace to rank_path(path, rank). Safe to call more than once: each call writes every span so far.
+// Throws bmt::Error when the file cannot be written (at finalize(), that is a warning).
 void write();
 // "trace.json" -> "trace.rank3.json"; "trace" -> "trace.rank3".
 std::string rank_path(const std::string& path, int rank);

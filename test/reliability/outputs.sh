@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Output files, on 2 ranks. Every output path is checked at startup: an unwritable --plot or
+# --timeline ends the job before its first step (exit 2, one error line naming the flag and the
+# path, within 60 s), where once the picture failed only after all training and the timeline only
+# warned. Every write of a file the user asked for is checked: a metrics record that fills the disk
+# (a file size limit, BMT_TRAIN_FAULT=disk-full-metrics) ends the job with exit 2 and one line naming
+# the file and the step, and the file keeps whole JSON lines (it once stopped mid-record while the
+# job exited 0); a loss curve that cannot be written ends it the same way and leaves no picture
+# (once an empty one).
+# Usage: outputs.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
+source "$(dirname "$0")/common.sh"
+
+run=("${tiny[@]}" --steps 30)
+bad() {  # bad NAME PATTERN ARGS...: refused before the first step
+  local name=$1 pattern=$2; shift 2
+  job 2 "$@"
+  expect_failure "$name" 2 "bmt-train: error: $pattern" 60
+  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
+  grep -q "^trained\|^step " <<<"$out" && fail "$name: expected no training step, found some"
+}
+
+bad "--plot in a missing directory" "--plot: cannot write '$work/missing/curve.svg': No such file or directory" \
+  "${run[@]}" --metrics "$work/m.jsonl" --plot "$work/missing/curve.svg"
+mkdir -p "$work/adir"
+bad "--plot naming a directory" "--plot: cannot write '$work/adir': Is a directory" "${run[@]}" --metrics "$work/m.jsonl" --plot "$work/adir"
+touch "$work/afile"
+bad "--timeline under a regular file" "--timeline: cannot write '$work/afile/trace.rank0.json': cannot create its directory" \
+  "${run[@]}" --timeline "$work/afile/trace.json"
+bad "--metrics naming a directory" "--metrics: cannot write '$work/adir': Is a directory" "${run[@]}" --metrics "$work/adir"
+
+# whole_lines FILE: every line is one JSON object ({...}) and the file ends with a newline.
+whole_lines() { [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] && ! grep -qv '^{.*}$' "$1"; }
+
+JOB_ENV="BMT_TRAIN_FAULT=disk-full-metrics:1" job 2 "${run[@]}" --metrics "$work/full.jsonl"
+expect_failure "metrics on a disk that fills (was exit 0, a record cut short)" 2 \
+  "bmt-train: error: --metrics '$work/full.jsonl': writing the record of step [0-9]+ failed: File too large \(a full disk, or a file size limit\?\); the file keeps the whole records of the steps before it" 60
+failed_step=$(grep -o "writing the record of step [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+whole_lines "$work/full.jsonl" || fail "metrics on a full disk: the file does not hold whole JSON lines"
+[ "$(wc -l <"$work/full.jsonl")" -eq $((failed_step - 1)) ] \
+  || fail "metrics on a full disk: expected the $((failed_step - 1)) records before step $failed_step, found $(wc -l <"$work/full.jsonl")"
+[ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "metrics on a full disk: expected exactly one error line"
+
+JOB_ENV="BMT_TRAIN_FAULT=disk-full-plot:5" job 2 "${tiny[@]}" --steps 5 --metrics "$work/p.jsonl"
+expect_failure "a loss curve on a full disk (was an empty picture, exit 0)" 2 \
+  "bmt-train: error: --plot '$work/p.svg': writing the loss curve failed: File too large \(a full disk, or a file size limit\?\); no picture was written" 60
+[ ! -e "$work/p.svg" ] && [ ! -e "$work/p.svg.tmp" ] || fail "a loss curve on a full disk: a picture (or its temporary) was left"
+whole_lines "$work/p.jsonl" && [ "$(wc -l <"$work/p.jsonl")" -eq 5 ] || fail "a loss curve on a full disk: the metrics lost records"
+
+# The control: every output written.
+job 2 "${tiny[@]}" --steps 5 --metrics "$work/ok.jsonl" --plot "$work/ok.svg" --timeline "$work/trace/t.json"
+expect_success "every output"
+for f in ok.jsonl ok.svg trace/t.rank0.json trace/t.rank1.json; do [ -s "$work/$f" ] || fail "every output: '$f' missing or empty"; done
+whole_lines "$work/ok.jsonl" || fail "every output: the metrics are not whole JSON lines"
+finish
