@@ -28,15 +28,16 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 template <class T, class I>
-void rotary_kernel(const Tensor& x, const I* pos, bool pos_per_batch, std::int64_t offset, float theta, int seq_dim,
-                   bool inverse, const Tensor& y) {
+void rotary_kernel(const Tensor& x, const I* pos, bool pos_per_batch, std::int64_t offset,
+                   const RotaryFrequencies& frequencies, int seq_dim, bool inverse, const Tensor& y) {
   const Rope4 n = by_role(x.shape(), seq_dim);
   const Rope4 xs = by_role(x.strides(), seq_dim);
   const Rope4 ys = by_role(contiguous_strides(x.shape()), seq_dim);
   const std::int64_t half = n.d / 2;
   const std::int64_t T_ = n.t, H = n.h;
   const float sign = inverse ? -1.0f : 1.0f;
-  const float freq_exponent = -2.0f / static_cast<float>(n.d);
+  const std::int64_t D = n.d;
+  const RotaryFrequencies f = frequencies;
   const T* xp = static_cast<const T*>(x.data());
   T* yp = view1<T>(y, "rotary_embedding").data();
   Kokkos::parallel_for(
@@ -47,7 +48,7 @@ void rotary_kernel(const Tensor& x, const I* pos, bool pos_per_batch, std::int64
         const T* xbt = xp + b * xs.b + t * xs.t;
         T* ybt = yp + b * ys.b + t * ys.t;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, half), [&](std::int64_t i) {
-          const float angle = p * kmath::pow(theta, freq_exponent * static_cast<float>(i));
+          const float angle = p * f.frequency(i, D);
           const float c = kmath::cos(angle);
           const float s = sign * kmath::sin(angle);
           for (std::int64_t h = 0; h < H; ++h) {
@@ -62,8 +63,8 @@ void rotary_kernel(const Tensor& x, const I* pos, bool pos_per_batch, std::int64
 
 }  // namespace
 
-void rotary_apply(const Tensor& x, const Tensor& positions, std::int64_t offset, float theta, int seq_dim,
-                  bool inverse, const Tensor& y) {
+void rotary_apply(const Tensor& x, const Tensor& positions, std::int64_t offset, const RotaryFrequencies& frequencies,
+                  int seq_dim, bool inverse, const Tensor& y) {
   const char* op = "rotary_embedding";
   BMT_REQUIRE(seq_dim == 1 || seq_dim == 2, op << ": expected the position dimension to be 1 ([B, T, H, D]) or 2 "
                                                   "([B, H, T, D]), found "
@@ -72,7 +73,13 @@ void rotary_apply(const Tensor& x, const Tensor& positions, std::int64_t offset,
                                               << (seq_dim == 1 ? "[B, T, H, D]" : "[B, H, T, D]") << "), found "
                                               << (x.defined() ? to_string(x.shape()) : "none"));
   BMT_REQUIRE(x.size(3) % 2 == 0, op << ": expected an even head dimension, found " << x.size(3));
-  BMT_REQUIRE(theta > 0.0f, op << ": expected a positive theta, found " << theta);
+  BMT_REQUIRE(frequencies.theta > 0.0f, op << ": expected a positive theta, found " << frequencies.theta);
+  const RotaryFrequencies& f = frequencies;
+  BMT_REQUIRE(!(f.factor > 0.0f) || (f.low_freq_factor > 0.0f && f.high_freq_factor > f.low_freq_factor &&
+                                      f.original_max_positions > 0.0f),
+              op << ": expected a frequency scaling with 0 < low_freq_factor < high_freq_factor and a positive "
+                    "original_max_positions, found "
+                 << f.low_freq_factor << ", " << f.high_freq_factor << " and " << f.original_max_positions);
   check_same_shape(y, x, op);
   check_dtype(y, x.dtype(), op);
   BMT_REQUIRE(y.is_contiguous(), op << ": expected a contiguous output");
@@ -88,10 +95,10 @@ void rotary_apply(const Tensor& x, const Tensor& positions, std::int64_t offset,
   if (x.numel() == 0) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T_, {
     if (!positions.defined()) {
-      rotary_kernel<T_, std::int64_t>(x, nullptr, false, offset, theta, seq_dim, inverse, y);
+      rotary_kernel<T_, std::int64_t>(x, nullptr, false, offset, frequencies, seq_dim, inverse, y);
     } else {
       BMT_DISPATCH_INDEX(positions.dtype(), op, I, {
-        rotary_kernel<T_, I>(x, positions.data_as<I>(), per_batch, offset, theta, seq_dim, inverse, y);
+        rotary_kernel<T_, I>(x, positions.data_as<I>(), per_batch, offset, frequencies, seq_dim, inverse, y);
       });
     }
   });

@@ -12,10 +12,10 @@ namespace {
 // Inputs: x (positions travel as a member: they are not differentiable).
 class RotaryFn final : public autograd::Function {
  public:
-  RotaryFn(Tensor positions, std::int64_t offset, float theta, RotaryLayout layout)
+  RotaryFn(Tensor positions, std::int64_t offset, const RotaryFrequencies& frequencies, RotaryLayout layout)
       : positions_(std::move(positions)),
         offset_(offset),
-        theta_(theta),
+        frequencies_(frequencies),
         seq_dim_(layout == RotaryLayout::BTHD ? 1 : 2) {}
   std::string name() const override { return "RotaryEmbedding"; }
 
@@ -25,14 +25,14 @@ class RotaryFn final : public autograd::Function {
     shape_ = x.shape();
     dtype_ = x.dtype();
     Tensor y = Tensor::empty(x.shape(), x.dtype());
-    kernels::rotary_apply(x, positions_, offset_, theta_, seq_dim_, /*inverse=*/false, y);
+    kernels::rotary_apply(x, positions_, offset_, frequencies_, seq_dim_, /*inverse=*/false, y);
     return {y};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& g) override {
     if (!g[0].defined()) return {Tensor()};
     Tensor dx = Tensor::empty(shape_, dtype_);
-    kernels::rotary_apply(upstream_grad(g[0], shape_, dtype_, name()), positions_, offset_, theta_, seq_dim_,
+    kernels::rotary_apply(upstream_grad(g[0], shape_, dtype_, name()), positions_, offset_, frequencies_, seq_dim_,
                           /*inverse=*/true, dx);
     return {dx};
   }
@@ -42,7 +42,7 @@ class RotaryFn final : public autograd::Function {
  private:
   Tensor positions_;
   std::int64_t offset_;
-  float theta_;
+  RotaryFrequencies frequencies_;
   int seq_dim_;
   Shape shape_;
   DType dtype_ = DType::f32;
@@ -50,13 +50,23 @@ class RotaryFn final : public autograd::Function {
 
 }  // namespace
 
+Tensor rotary_embedding(const Tensor& x, std::int64_t offset, const RotaryFrequencies& frequencies,
+                        RotaryLayout layout) {
+  return autograd::call<RotaryFn>({x}, Tensor(), offset, frequencies, layout)[0];
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const RotaryFrequencies& frequencies,
+                        RotaryLayout layout) {
+  BMT_REQUIRE(positions.defined(), "rotary_embedding: expected a positions tensor");
+  return autograd::call<RotaryFn>({x}, contiguous(positions), std::int64_t{0}, frequencies, layout)[0];
+}
+
 Tensor rotary_embedding(const Tensor& x, std::int64_t offset, float theta, RotaryLayout layout) {
-  return autograd::call<RotaryFn>({x}, Tensor(), offset, theta, layout)[0];
+  return rotary_embedding(x, offset, RotaryFrequencies{theta}, layout);
 }
 
 Tensor rotary_embedding(const Tensor& x, const Tensor& positions, float theta, RotaryLayout layout) {
-  BMT_REQUIRE(positions.defined(), "rotary_embedding: expected a positions tensor");
-  return autograd::call<RotaryFn>({x}, contiguous(positions), std::int64_t{0}, theta, layout)[0];
+  return rotary_embedding(x, positions, RotaryFrequencies{theta}, layout);
 }
 
 }  // namespace bmt

@@ -16,10 +16,11 @@ namespace {
 using testing::expect_close;
 using testing::random_floats;
 
-// x in [B, T, H, D] (bthd) or [B, H, T, D]; pos(b, t) gives the position.
-template <class Pos>
-std::vector<double> rope_reference(const std::vector<float>& x, std::int64_t B, std::int64_t T, std::int64_t H,
-                                   std::int64_t D, bool bthd, double theta, Pos pos) {
+// x in [B, T, H, D] (bthd) or [B, H, T, D]; pos(b, t) gives the position, frequency(i) the
+// rotation frequency of pair i.
+template <class Pos, class Frequency>
+std::vector<double> rope_reference_at(const std::vector<float>& x, std::int64_t B, std::int64_t T, std::int64_t H,
+                                      std::int64_t D, bool bthd, Frequency frequency, Pos pos) {
   std::vector<double> y(x.size());
   const std::int64_t half = D / 2;
   for (std::int64_t b = 0; b < B; ++b)
@@ -27,13 +28,31 @@ std::vector<double> rope_reference(const std::vector<float>& x, std::int64_t B, 
       for (std::int64_t h = 0; h < H; ++h) {
         const std::int64_t base = bthd ? ((b * T + t) * H + h) * D : ((b * H + h) * T + t) * D;
         for (std::int64_t i = 0; i < half; ++i) {
-          const double angle = pos(b, t) * std::pow(theta, -2.0 * i / D);
+          const double angle = pos(b, t) * frequency(i);
           const double x1 = x[base + i], x2 = x[base + i + half];
           y[base + i] = x1 * std::cos(angle) - x2 * std::sin(angle);
           y[base + i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
         }
       }
   return y;
+}
+
+template <class Pos>
+std::vector<double> rope_reference(const std::vector<float>& x, std::int64_t B, std::int64_t T, std::int64_t H,
+                                   std::int64_t D, bool bthd, double theta, Pos pos) {
+  return rope_reference_at(
+      x, B, T, H, D, bthd, [&](std::int64_t i) { return std::pow(theta, -2.0 * i / D); }, pos);
+}
+
+// Llama 3's frequencies as transformers' _compute_llama3_parameters writes them.
+double llama3_frequency(std::int64_t i, std::int64_t D, double theta, double factor, double low, double high,
+                        double original) {
+  const double f = 1.0 / std::pow(theta, 2.0 * i / D);
+  const double wavelength = 2.0 * M_PI / f;
+  const double scaled = wavelength > original / low ? f / factor : f;
+  const double smooth = (original / wavelength - low) / (high - low);
+  const bool medium = !(wavelength < original / high) && !(wavelength > original / low);
+  return medium ? (1.0 - smooth) * scaled / factor + smooth * scaled : scaled;
 }
 
 TEST(Rotary, ForwardMatchesFloat64ReferenceInBothLayouts) {
@@ -77,6 +96,40 @@ TEST(Rotary, ExplicitPositions) {
   EXPECT_THROW(rotary_embedding(x, Tensor::from_ints({0, 1, 2}, {3})), Error);
   EXPECT_THROW(rotary_embedding(Tensor::zeros({1, 2, 3, 5})), Error);  // odd head dimension
   EXPECT_THROW(rotary_embedding(Tensor::zeros({2, 3, 4})), Error);     // not 4-dimensional
+}
+
+// Llama 3.2's rope_scaling (factor 32, low_freq_factor 1, high_freq_factor 4, 8192 original
+// positions) at its theta and head size: the 32 frequencies fall in all three bands (kept, blended,
+// divided by the factor).
+TEST(Rotary, Llama3FrequencyScaling) {
+  const std::int64_t B = 1, T = 37, H = 2, D = 64;
+  const RotaryFrequencies llama3{500000.0f, 32.0f, 1.0f, 4.0f, 8192.0f};
+  int kept = 0, blended = 0, divided = 0;
+  for (std::int64_t i = 0; i < D / 2; ++i) {
+    const double f = 1.0 / std::pow(500000.0, 2.0 * i / D), w = 2 * M_PI / f;
+    (w < 2048 ? kept : w > 8192 ? divided : blended)++;
+    EXPECT_NEAR(llama3.frequency(i, D), llama3_frequency(i, D, 500000.0, 32.0, 1.0, 4.0, 8192.0),
+                2e-6 * llama3_frequency(i, D, 500000.0, 32.0, 1.0, 4.0, 8192.0))
+        << "frequency " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(blended, 0);
+  EXPECT_GT(divided, 0);
+  const auto xv = random_floats(B * T * H * D, 9);
+  const std::int64_t offset = 900;  // positions 900..936: f32 angles within ~1e-4 rad
+  const Tensor y = rotary_embedding(Tensor::from_floats(xv, {B, T, H, D}), offset, llama3);
+  const auto ref = rope_reference_at(
+      xv, B, T, H, D, true,
+      [&](std::int64_t i) { return llama3_frequency(i, D, 500000.0, 32.0, 1.0, 4.0, 8192.0); },
+      [&](std::int64_t, std::int64_t t) { return double(offset + t); });
+  expect_close(y.to_host_floats(), ref, 2e-4, 1e-5, "llama3 scaling");
+  // Unscaled frequencies give other values: the scaling is applied.
+  const Tensor plain = rotary_embedding(Tensor::from_floats(xv, {B, T, H, D}), offset, 500000.0f);
+  EXPECT_NE(plain.to_host_floats(), y.to_host_floats());
+  testing::gradcheck([&](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 5, llama3); },
+                     {testing::random_tensor({1, 3, 2, 64}, 10)});
+  EXPECT_THROW(rotary_embedding(Tensor::zeros({1, 2, 1, 8}), 0, RotaryFrequencies{10000.0f, 8.0f, 4.0f, 1.0f, 8192.0f}),
+               Error);  // high_freq_factor below low_freq_factor
 }
 
 TEST(Rotary, StridedInputFromFusedProjection) {
