@@ -1,0 +1,436 @@
+#include "bmtrain/io/hf_checkpoint.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/json_file.hpp"
+#include "bmtrain/io/safetensors_file.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/tensor/memory.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+
+namespace bmt::io {
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Collective: `text` as rank 0 has it, on every rank.
+void broadcast(MPI_Comm comm, std::string& text) {
+  std::uint64_t n = text.size();
+  BMT_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm));
+  text.resize(static_cast<std::size_t>(n));
+  BMT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  BMT_REQUIRE(in.good(), "cannot open '" << path << "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  BMT_REQUIRE(!in.bad(), "reading '" << path << "' failed");
+  return text.str();
+}
+
+// The safetensors files of a checkpoint directory, opened on every rank, and where each tensor is.
+class HubFiles {
+ public:
+  struct Tensor {
+    const SafetensorsReader* reader;
+    const TensorEntry* entry;
+    std::string file;
+  };
+
+  // Collective.
+  explicit HubFiles(const std::string& dir) {
+    const MPI_Comm comm = io_comm(MPI_COMM_NULL);
+    // Rank 0 looks at the directory and reads the index; the others take its findings.
+    std::string kind, index;
+    run_on_root(comm, [&] {
+      namespace fs = std::filesystem;
+      if (fs::is_regular_file(dir + "/" + kIndexFile)) {
+        kind = "index";
+        index = read_text(dir + "/" + kIndexFile);
+      } else if (fs::is_regular_file(dir + "/" + kSingleFile)) {
+        kind = "single";
+      } else {
+        BMT_REQUIRE(false, "Hugging Face checkpoint '" << dir << "': expected " << kSingleFile << " or " << kIndexFile
+                                                       << ", found neither");
+      }
+    });
+    broadcast(comm, kind);
+    broadcast(comm, index);
+    std::map<std::string, std::string> file_of;  // tensor -> file, from the index
+    std::set<std::string> files;
+    if (kind == "index") {
+      const std::string where = "Hugging Face checkpoint index '" + dir + "/" + kIndexFile + "'";
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(index);
+      } catch (const nlohmann::json::exception& e) {
+        BMT_REQUIRE(false, where << ": expected valid JSON, found " << e.what());
+      }
+      BMT_REQUIRE(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+                  where << ": expected an object with a \"weight_map\" object, found " << j.dump().substr(0, 80));
+      for (const auto& [name, file] : j["weight_map"].items()) {
+        BMT_REQUIRE(file.is_string() && !file.get<std::string>().empty() &&
+                        file.get<std::string>().find('/') == std::string::npos,
+                    where << ": expected a file name in the directory for tensor '" << name << "', found " << file.dump());
+        file_of[name] = file.get<std::string>();
+        files.insert(file.get<std::string>());
+      }
+    } else {
+      files.insert(kSingleFile);
+    }
+    // Every rank opens the same files in the same (sorted) order: each open is collective.
+    for (const auto& file : files) readers_.emplace(file, std::make_unique<SafetensorsReader>(dir + "/" + file, comm));
+    if (kind == "index") {
+      for (const auto& [name, file] : file_of) {
+        const SafetensorsReader& r = *readers_.at(file);
+        const TensorEntry* e = r.header().find(name);
+        BMT_REQUIRE(e, "Hugging Face checkpoint '" << dir << "': expected tensor '" << name << "' in " << file
+                                                   << " (as " << kIndexFile << " says), found no such tensor there");
+        tensors_[name] = {&r, e, file};
+      }
+    } else {
+      const SafetensorsReader& r = *readers_.at(kSingleFile);
+      for (const auto& e : r.header().tensors()) tensors_[e.name] = {&r, &e, kSingleFile};
+    }
+  }
+
+  const Tensor* find(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
+  std::map<std::string, Tensor> tensors_;
+};
+
+struct ModelParameter {
+  ShardedStorage* storage;
+  const ShardedStorage::Entry* entry;
+};
+
+std::map<std::string, ModelParameter> parameters_of(Module& model) {
+  std::map<std::string, ModelParameter> out;
+  for (auto* s : sharded_storages(model))
+    for (const auto& e : s->entries()) out[e.name] = {s, &e};
+  return out;
+}
+
+std::vector<std::int64_t> hub_shape(const ShardedStorage::Entry& e, bool transposed) {
+  std::vector<std::int64_t> shape = e.parameter.shape();
+  if (transposed) std::reverse(shape.begin(), shape.end());
+  return shape;
+}
+
+// The checkpoint's name of `hub`: itself, or for GPT-2 without "transformer." (the hub's original
+// gpt2 files were saved from GPT2Model).
+std::string stored_name(const HubFiles& files, const HfModelConfig& config, const std::string& hub) {
+  const std::string prefix = "transformer.";
+  if (config.arch == "gpt2" && !files.find(hub) && starts_with(hub, prefix) && files.find(hub.substr(prefix.size())))
+    return hub.substr(prefix.size());
+  return hub;
+}
+
+// Reads this rank's elements of parameter `e` (its local slice) into `out` (the shard's host copy
+// at the slice), in the storage's dtype.
+void read_slice(const HubFiles::Tensor& t, const std::string& name, const ShardedStorage& s,
+                const ShardedStorage::Entry& e, bool transposed, char* out) {
+  const auto slice = s.local_slice(e);
+  if (slice.count == 0) return;
+  const DType dtype = s.dtype();
+  const auto first = static_cast<std::uint64_t>(slice.param_offset), count = static_cast<std::uint64_t>(slice.count);
+  if (!transposed) {
+    t.reader->read(name, first, count, dtype, out, Rounding::allow);
+    return;
+  }
+  // The parameter is [rows, cols]; the file holds it as [cols, rows]. The slice covers rows
+  // r0..r1 (the first and last perhaps in part): read columns r0..r1 of every stored row.
+  const auto rows = static_cast<std::uint64_t>(e.parameter.size(0)), cols = static_cast<std::uint64_t>(e.parameter.size(1));
+  const std::uint64_t r0 = first / cols, r1 = (first + count - 1) / cols, width = r1 - r0 + 1;
+  const std::size_t es = dtype_size(dtype);
+  std::vector<char> block(static_cast<std::size_t>(cols * width) * es);
+  for (std::uint64_t c = 0; c < cols; ++c)
+    t.reader->read(name, c * rows + r0, width, dtype, block.data() + c * width * es, Rounding::allow);
+  for (std::uint64_t k = 0; k < count; ++k) {
+    const std::uint64_t r = (first + k) / cols, c = (first + k) % cols;
+    std::memcpy(out + k * es, block.data() + (c * width + (r - r0)) * es, es);
+  }
+}
+
+// Writes this rank's elements of parameter `e` from `in` (the shard's host copy at the slice).
+void write_slice(SafetensorsWriter& w, const std::string& hub, const ShardedStorage& s, const ShardedStorage::Entry& e,
+                 bool transposed, const char* in) {
+  const auto slice = s.local_slice(e);
+  if (slice.count == 0) return;
+  const DType dtype = s.dtype();
+  if (!transposed) {
+    w.write(hub, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count), dtype, in);
+    return;
+  }
+  // Stored row c holds parameter column c: this rank owns its entries r0..r1, less the part of the
+  // first and last parameter rows outside the slice.
+  const std::int64_t rows = e.parameter.size(0), cols = e.parameter.size(1);
+  const std::int64_t begin = slice.param_offset, last = begin + slice.count - 1;
+  const std::int64_t r0 = begin / cols, r1 = last / cols, c_first = begin % cols, c_last = last % cols;
+  const std::size_t es = dtype_size(dtype);
+  std::vector<char> run(static_cast<std::size_t>(r1 - r0 + 1) * es);
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const std::int64_t lo = c >= c_first ? r0 : r0 + 1, hi = c <= c_last ? r1 : r1 - 1;  // inclusive
+    if (lo > hi) continue;
+    for (std::int64_t r = lo; r <= hi; ++r)
+      std::memcpy(run.data() + (r - lo) * es, in + (r * cols + c - begin) * es, es);
+    w.write(hub, static_cast<std::uint64_t>(c * rows + lo), static_cast<std::uint64_t>(hi - lo + 1), dtype, run.data());
+  }
+}
+
+std::vector<char> shard_to_host(const ShardedStorage& s) {
+  std::vector<char> host(s.shard().nbytes());
+  memory::copy_to_host(host.data(), s.shard().data(), host.size());
+  return host;
+}
+
+const char* hub_class(const HfModelConfig& c) { return c.arch == "gpt2" ? "GPT2LMHeadModel" : "LlamaForCausalLM"; }
+
+}  // namespace
+
+std::vector<HfTensor> hf_tensor_names(const HfModelConfig& c) {
+  std::vector<HfTensor> t;
+  auto add = [&](std::string parameter, std::string hub, bool transposed = false) {
+    t.push_back({std::move(parameter), std::move(hub), transposed});
+  };
+  if (c.arch == "gpt2") {
+    add("wte", "transformer.wte.weight");
+    add("wpe", "transformer.wpe.weight");
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+      const std::string b = "blocks." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+      for (const char* p : {"weight", "bias"}) add(b + "ln_1." + p, h + "ln_1." + p);
+      add(b + "attn.weight", h + "attn.c_attn.weight", true);
+      add(b + "attn.bias", h + "attn.c_attn.bias");
+      add(b + "attn_proj.weight", h + "attn.c_proj.weight", true);
+      add(b + "attn_proj.bias", h + "attn.c_proj.bias");
+      for (const char* p : {"weight", "bias"}) add(b + "ln_2." + p, h + "ln_2." + p);
+      add(b + "mlp_fc.weight", h + "mlp.c_fc.weight", true);
+      add(b + "mlp_fc.bias", h + "mlp.c_fc.bias");
+      add(b + "mlp_proj.weight", h + "mlp.c_proj.weight", true);
+      add(b + "mlp_proj.bias", h + "mlp.c_proj.bias");
+    }
+    add("ln_f.weight", "transformer.ln_f.weight");
+    add("ln_f.bias", "transformer.ln_f.bias");
+  } else {
+    add("wte", "model.embed_tokens.weight");
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+      const std::string b = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+      add(b + "attention_norm.weight", h + "input_layernorm.weight");
+      add(b + "wq.weight", h + "self_attn.q_proj.weight");
+      add(b + "wk.weight", h + "self_attn.k_proj.weight");
+      add(b + "wv.weight", h + "self_attn.v_proj.weight");
+      add(b + "wo.weight", h + "self_attn.o_proj.weight");
+      add(b + "ffn_norm.weight", h + "post_attention_layernorm.weight");
+      add(b + "w1.weight", h + "mlp.gate_proj.weight");
+      add(b + "w3.weight", h + "mlp.up_proj.weight");
+      add(b + "w2.weight", h + "mlp.down_proj.weight");
+    }
+    add("norm.weight", "model.norm.weight");
+  }
+  if (!c.tie_word_embeddings) add("lm_head", "lm_head.weight");
+  return t;
+}
+
+bool hf_ignored_tensor(const HfModelConfig& c, const std::string& hub) {
+  if (hub == "lm_head.weight") return c.tie_word_embeddings;
+  if (c.arch == "gpt2") return ends_with(hub, ".attn.bias") || ends_with(hub, ".attn.masked_bias");
+  return ends_with(hub, ".rotary_emb.inv_freq");
+}
+
+void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config) {
+  load_hf_checkpoint(model, dir, config, hf_tensor_names(config));
+}
+
+void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
+                        const std::vector<HfTensor>& tensors) {
+  const HubFiles files(dir);
+  const auto params = parameters_of(model);
+  const std::string where = "Hugging Face checkpoint '" + dir + "'";
+  // Everything below is checked on data every rank holds alike, so every rank reaches the same verdict.
+  std::set<std::string> mapped_parameters, used;
+  struct Read {
+    ModelParameter param;
+    const HubFiles::Tensor* tensor;
+    std::string name;
+    bool transposed;
+  };
+  std::vector<Read> reads;
+  for (const auto& t : tensors) {
+    const auto p = params.find(t.parameter);
+    BMT_REQUIRE(p != params.end(), where << ": expected the model to have parameter '" << t.parameter << "' for tensor '"
+                                         << t.hub << "', found none");
+    const std::string name = stored_name(files, config, t.hub);
+    const HubFiles::Tensor* h = files.find(name);
+    BMT_REQUIRE(h, where << ": expected tensor '" << t.hub << "' (for " << t.parameter << " of a " << hub_class(config)
+                         << " of " << config.layers << " layers), found no such tensor");
+    const auto expected = hub_shape(*p->second.entry, t.transposed);
+    BMT_REQUIRE(h->entry->shape == expected, where << ": tensor '" << name << "' in " << h->file << ": expected shape "
+                                                   << shape_text(expected) << " (for " << t.parameter << "), found "
+                                                   << shape_text(h->entry->shape));
+    const std::string& code = h->entry->dtype;
+    BMT_REQUIRE(code == "F32" || code == "BF16" || code == "F16", where << ": tensor '" << name << "' in " << h->file
+                                                                         << ": expected dtype F32, BF16 or F16, found "
+                                                                         << code);
+    mapped_parameters.insert(t.parameter);
+    used.insert(name);
+    reads.push_back({p->second, h, name, t.transposed});
+  }
+  for (const auto& [name, p] : params)
+    BMT_REQUIRE(mapped_parameters.count(name), where << ": expected a tensor for every model parameter, found none for '"
+                                                     << name << "'");
+  for (const auto& [name, t] : files.tensors())
+    BMT_REQUIRE(used.count(name) || hf_ignored_tensor(config, name),
+                where << ": tensor '" << name << "' in " << t.file << ": expected only the tensors of a "
+                      << hub_class(config) << " of " << config.layers << " layers, found one it does not have");
+
+  // Each rank reads its shards' elements; a failed read on one rank fails the load on all.
+  std::map<ShardedStorage*, std::vector<char>> host;
+  const std::string error = error_of([&] {
+    for (const auto& r : reads) {
+      auto& buffer = host[r.param.storage];
+      if (buffer.empty()) buffer = shard_to_host(*r.param.storage);
+      const auto slice = r.param.storage->local_slice(*r.param.entry);
+      read_slice(*r.tensor, r.name, *r.param.storage, *r.param.entry, r.transposed,
+                 buffer.data() + slice.shard_offset * dtype_size(r.param.storage->dtype()));
+    }
+  });
+  agree_on_errors(io_comm(MPI_COMM_NULL), error.empty() ? "" : where + ": " + error);
+  for (auto& [s, buffer] : host) memory::copy_from_host(s->shard().data(), buffer.data(), buffer.size());
+}
+
+void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
+                        const HfExportOptions& options) {
+  save_hf_checkpoint(model, dir, config, hf_tensor_names(config), options);
+}
+
+void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
+                        const std::vector<HfTensor>& tensors, const HfExportOptions& options) {
+  const MPI_Comm comm = io_comm(MPI_COMM_NULL);
+  const std::string where = "Hugging Face export '" + dir + "'";
+  BMT_REQUIRE(options.max_shard_bytes > 0, where << ": expected a positive shard size, found 0");
+  const auto params = parameters_of(model);
+  std::set<std::string> mapped;
+  struct Export {
+    TensorSpec spec;
+    ModelParameter param;
+    bool transposed;
+  };
+  std::vector<Export> specs;
+  for (const auto& t : tensors) {
+    const auto p = params.find(t.parameter);
+    BMT_REQUIRE(p != params.end(), where << ": expected the model to have parameter '" << t.parameter << "' for tensor '"
+                                         << t.hub << "', found none");
+    BMT_REQUIRE(!t.transposed || p->second.entry->parameter.dim() == 2,
+                where << ": expected a matrix to store transposed for '" << t.parameter << "', found shape "
+                      << shape_text(p->second.entry->parameter.shape()));
+    specs.push_back({{t.hub, p->second.storage->dtype(), hub_shape(*p->second.entry, t.transposed)}, p->second,
+                     t.transposed});
+    mapped.insert(t.parameter);
+  }
+  for (const auto& [name, p] : params)
+    BMT_REQUIRE(mapped.count(name), where << ": expected a tensor for every model parameter, found none for '" << name
+                                          << "'");
+  BMT_REQUIRE(!specs.empty(), where << ": expected parameters to export, found none");
+
+  // Files of at most max_shard_bytes, filled in order; a larger tensor alone in its file.
+  std::vector<std::vector<std::size_t>> groups;
+  std::uint64_t group_bytes = 0, total_bytes = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto& spec = specs[i].spec;
+    std::uint64_t bytes = dtype_size(spec.dtype);
+    for (std::int64_t d : spec.shape) bytes *= static_cast<std::uint64_t>(d);
+    if (groups.empty() || group_bytes + bytes > options.max_shard_bytes) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(i);
+    group_bytes += bytes;
+    total_bytes += bytes;
+  }
+  std::vector<std::string> names;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+    names.push_back(groups.size() == 1 ? kSingleFile : name);
+  }
+
+  run_on_root(comm, [&] {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    BMT_REQUIRE(!ec && fs::is_directory(dir), where << ": cannot create the directory: " << ec.message());
+    // An earlier export's weights that this one does not overwrite would be read in place of it.
+    const std::set<std::string> written(names.begin(), names.end());
+    for (const auto& f : fs::directory_iterator(dir)) {
+      const std::string n = f.path().filename().string();
+      const bool weights = n == kSingleFile || n == kIndexFile ||
+                           (starts_with(n, "model-") && ends_with(n, ".safetensors") && n.find("-of-") != std::string::npos);
+      if (weights && !written.count(n)) {
+        fs::remove(f.path(), ec);
+        BMT_REQUIRE(!ec, where << ": cannot remove the earlier export's '" << n << "': " << ec.message());
+      }
+    }
+  });
+
+  std::map<ShardedStorage*, std::vector<char>> host;
+  for (const auto& x : specs)
+    if (!host.count(x.param.storage)) host[x.param.storage] = shard_to_host(*x.param.storage);
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};  // what from_pretrained expects
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    std::vector<TensorSpec> file_specs;
+    for (std::size_t i : groups[g]) file_specs.push_back(specs[i].spec);
+    SafetensorsWriter writer(dir + "/" + names[g], file_specs, metadata, comm);
+    for (std::size_t i : groups[g]) {
+      const ModelParameter& p = specs[i].param;
+      const auto slice = p.storage->local_slice(*p.entry);
+      write_slice(writer, specs[i].spec.name, *p.storage, *p.entry, specs[i].transposed,
+                  host[p.storage].data() + slice.shard_offset * dtype_size(p.storage->dtype()));
+    }
+    writer.close();
+  }
+
+  HfModelConfig out = config;
+  out.dtype = specs.front().spec.dtype;
+  run_on_root(comm, [&] {
+    if (groups.size() > 1) {
+      nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", nlohmann::json::object()}};
+      for (std::size_t g = 0; g < groups.size(); ++g)
+        for (std::size_t i : groups[g]) index["weight_map"][specs[i].spec.name] = names[g];
+      write_json_atomic(dir + "/" + kIndexFile, index);
+    }
+    write_json_atomic(dir + "/config.json", hf_config_json(out));
+  });
+}
+
+}  // namespace bmt::io
