@@ -1,8 +1,11 @@
 #pragma once
 // The io layer: parallel safetensors files, crash-safe checkpoint directories, training-state JSON,
-// token datasets and their loader. docs/CHECKPOINTS.md describes the on-disk layout.
+// token datasets and their loader, Hugging Face checkpoints. docs/CHECKPOINTS.md describes the
+// on-disk layout, docs/MODELS.md the Hugging Face one.
 #include "bmtrain/io/checkpoint_dir.hpp"
 #include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/hf_checkpoint.hpp"
+#include "bmtrain/io/hf_config.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/io/safetensors_header.hpp"
