@@ -27,8 +27,10 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
   const int world = ctx.topology().world_size;
   const std::int64_t tokens_per_step = o.batch * o.seq;
   bmt::print_rank("+--------------------------------------------------------------");
-  bmt::print_rank("| bmt-train  model ", o.model, " (", cfg.arch, ", ", cfg.layers, " layers, ", cfg.heads, " heads, dim ",
-                  cfg.dim, ", vocab ", cfg.vocab, ")");
+  const std::string kv_heads =
+      cfg.kv_head_count() != cfg.heads ? " (" + std::to_string(cfg.kv_head_count()) + " key/value)" : "";
+  bmt::print_rank("| bmt-train  model ", o.model_name(), " (", cfg.arch, ", ", cfg.layers, " layers, ", cfg.heads,
+                  " heads", kv_heads, ", dim ", cfg.dim, ", vocab ", cfg.vocab, ")");
   bmt::print_rank("| parameters ", count_text(static_cast<double>(cfg.parameter_count())), "  world size ", world, " (",
                   ctx.topology().node_count, " node", ctx.topology().node_count > 1 ? "s" : "", ", ",
                   ctx.world_comm().backend(), ")  dtype ", bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
@@ -44,7 +46,11 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
                   "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
   bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state + ",
                   bytes_text(f.memory.buffers), " gather/gradient buffers + activations");
-  if (!f.resumed_from.empty()) bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step);
+  if (!f.resumed_from.empty())
+    bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step);
+  else if (!o.init_from.empty())
+    bmt::print_rank("| weights from ", o.init_from, " (Hugging Face checkpoint)");
+  if (o.eval_only) bmt::print_rank("| evaluating only: ", o.val_data);
   bmt::print_rank("+--------------------------------------------------------------");
 }
 

@@ -1,9 +1,12 @@
 #pragma once
 // The models bmt-train trains, written only with bmtrain's public API, as a user would:
 // GPT-2 (LayerNorm, GELU, learned positions, tied embeddings) and Llama (RMSNorm, SwiGLU, rotary
-// embeddings, untied head). Each block is a plain bmt::Module; the model stacks them in a
-// bmt::TransformerBlockList, so ZeRO-3 shards, gathers and recomputes them.
+// embeddings with Llama 3's frequency scaling, grouped-query attention, a head of its own or tied
+// to the embedding). Each block is a plain bmt::Module; the model stacks them in a
+// bmt::TransformerBlockList, so ZeRO-3 shards, gathers and recomputes them. Their parameter names
+// are the ones bmt::io::hf_tensor_names maps to Hugging Face checkpoints.
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/hf_config.hpp>
 
 #include <cmath>
 #include <string>
@@ -16,16 +19,19 @@ struct ModelConfig {
   std::int64_t max_seq = 1024;
   std::int64_t layers = 12;
   std::int64_t heads = 12;
+  std::int64_t kv_heads = 0;  // key/value heads (grouped-query attention, Llama); 0: as many as heads
   std::int64_t dim = 768;
   std::int64_t ffn = 3072;    // hidden size of the MLP
   float norm_eps = 1e-5f;
-  float rope_theta = 10000.0f;
+  bmt::RotaryFrequencies rope;  // Llama: theta, and Llama 3's frequency scaling when factor > 0
+  bool tie_embeddings = true;   // the head is the token embedding
   float init_std = 0.02f;
   float dropout = 0.0f;
   bmt::DType dtype = bmt::DType::f32;
   float default_lr = 6e-4f;  // a peak learning rate known to train this size well
 
   std::int64_t head_dim() const { return dim / heads; }
+  std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   // Parameters, counting a tied embedding once.
   std::int64_t parameter_count() const;
   // Training FLOPs per token: 6N + 6 L C T (the attention scores and their use).
@@ -36,9 +42,14 @@ struct ModelConfig {
   void validate() const;
 };
 
-// Presets: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-1b. Throws for other names.
+// Presets: tiny, the GPT-2 sizes, llama-1b and the released Llama shapes (tinyllama-1.1b,
+// llama2-7b, llama3-8b, llama3.2-1b). Throws for other names.
 ModelConfig preset(const std::string& name);
 const std::vector<std::string>& preset_names();
+
+// The model a Hugging Face config describes (in f32; the caller sets the dtype), and back.
+ModelConfig from_hf(const bmt::io::HfModelConfig& hf);
+bmt::io::HfModelConfig to_hf(const ModelConfig& config);
 
 namespace detail {
 inline bmt::init::Fn scaled_normal(const ModelConfig& c) {
@@ -99,7 +110,8 @@ struct GPT2Block : bmt::Module {
   }
 };
 
-// Llama block: x + attn(rms(x)) with rotary q/k, then x + W2(silu(W1 x) * W3 x).
+// Llama block: x + attn(rms(x)) with rotary q/k (k and v with kv_heads heads), then
+// x + W2(silu(W1 x) * W3 x).
 struct LlamaBlock : bmt::Module {
   ModelConfig c;
   RMSNorm attn_norm, ffn_norm;
@@ -110,8 +122,8 @@ struct LlamaBlock : bmt::Module {
         attn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
         ffn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
         wq(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
-        wk(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
-        wv(cfg.dim, cfg.dim, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        wk(cfg.dim, cfg.kv_head_count() * cfg.head_dim(), false, cfg.dtype, bmt::init::normal(cfg.init_std)),
+        wv(cfg.dim, cfg.kv_head_count() * cfg.head_dim(), false, cfg.dtype, bmt::init::normal(cfg.init_std)),
         wo(cfg.dim, cfg.dim, false, cfg.dtype, detail::scaled_normal(cfg)),
         w1(cfg.dim, cfg.ffn, false, cfg.dtype, bmt::init::normal(cfg.init_std)),
         w2(cfg.ffn, cfg.dim, false, cfg.dtype, detail::scaled_normal(cfg)),
@@ -128,11 +140,11 @@ struct LlamaBlock : bmt::Module {
   }
 
   bmt::Tensor forward(const bmt::Tensor& x) const {
-    const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, D = c.head_dim();
+    const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, Hk = c.kv_head_count(), D = c.head_dim();
     bmt::Tensor h = attn_norm.forward(x);
-    bmt::Tensor q = bmt::rotary_embedding(bmt::reshape(wq.forward(h), {B, T, H, D}), 0, c.rope_theta);
-    bmt::Tensor k = bmt::rotary_embedding(bmt::reshape(wk.forward(h), {B, T, H, D}), 0, c.rope_theta);
-    bmt::Tensor v = bmt::reshape(wv.forward(h), {B, T, H, D});
+    bmt::Tensor q = bmt::rotary_embedding(bmt::reshape(wq.forward(h), {B, T, H, D}), 0, c.rope);
+    bmt::Tensor k = bmt::rotary_embedding(bmt::reshape(wk.forward(h), {B, T, Hk, D}), 0, c.rope);
+    bmt::Tensor v = bmt::reshape(wv.forward(h), {B, T, Hk, D});
     bmt::Tensor y = bmt::attention_bthd(q, k, v, true);
     bmt::Tensor r = bmt::residual_add(x, wo.forward(bmt::reshape(y, {B, T, c.dim})));
     bmt::Tensor f = ffn_norm.forward(r);
@@ -150,10 +162,13 @@ class GPT : public bmt::DistributedModule {
   explicit GPT(const ModelConfig& c, int prefetch_depth = 1, bmt::CheckpointOptions checkpoint = {},
                std::int64_t loss_chunk_rows = 0, std::int64_t keep_blocks = 0);
   bmt::Tensor loss(const bmt::Tensor& tokens, const bmt::Tensor& targets);
+  // The next-token logits [batch, seq, vocab], in the model's dtype.
+  bmt::Tensor logits(const bmt::Tensor& tokens);
   const ModelConfig& config() const { return c_; }
 
  private:
   bmt::Tensor hidden(const bmt::Tensor& tokens);
+  bmt::Tensor head();
   ModelConfig c_;
   std::int64_t loss_chunk_rows_ = 0;
   bmt::DistributedParameter wte, wpe, lm_head;

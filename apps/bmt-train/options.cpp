@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -139,36 +140,83 @@ std::string config_path(int argc, char** argv) {
   return path;
 }
 
+// The model of a Hugging Face checkpoint directory; a shape flag or preset that disagrees with its
+// config.json is an error naming both values.
+ModelConfig init_from_model(const TrainOptions& o) {
+  const std::string where = "config.json '" + o.init_from + "/config.json'";
+  ModelConfig c = from_hf(bmt::io::read_hf_config(o.init_from));
+  for (auto [flag, given, has] : {std::tuple{"--layers", o.layers, c.layers}, std::tuple{"--heads", o.heads, c.heads},
+                                  std::tuple{"--kv-heads", o.kv_heads, c.kv_head_count()},
+                                  std::tuple{"--dim", o.dim, c.dim}, std::tuple{"--ffn", o.ffn, c.ffn},
+                                  std::tuple{"--vocab", o.vocab, c.vocab}})
+    BMT_REQUIRE(given == 0 || given == has, flag << " " << given << ": expected " << has << " as --init-from's "
+                                                 << where << " says, found " << given);
+  BMT_REQUIRE(o.rope_theta == 0.0f || o.rope_theta == c.rope.theta,
+              "--rope-theta " << o.rope_theta << ": expected " << c.rope.theta << " as --init-from's " << where
+                              << " says, found " << o.rope_theta);
+  if (!o.model.empty()) {
+    const ModelConfig p = preset(o.model);
+    for (auto [what, want, has] : {std::tuple{"layers", p.layers, c.layers}, std::tuple{"heads", p.heads, c.heads},
+                                   std::tuple{"key/value heads", p.kv_head_count(), c.kv_head_count()},
+                                   std::tuple{"dim", p.dim, c.dim}, std::tuple{"ffn", p.ffn, c.ffn},
+                                   std::tuple{"vocab", p.vocab, c.vocab}})
+      BMT_REQUIRE(p.arch == c.arch && want == has,
+                  "--model " << o.model << ": expected a " << p.arch << " of " << want << " " << what << " as the preset "
+                             << "has, found a " << c.arch << " of " << has << " in --init-from's " << where);
+  }
+  return c;
+}
+
 }  // namespace
+
+std::string TrainOptions::model_name() const {
+  if (!model.empty()) return model;
+  return init_from.empty() ? "tiny" : init_from;
+}
 
 ModelConfig TrainOptions::model_config() const {
   // Far beyond any real model, and small enough that products of two sizes cannot overflow.
   constexpr std::int64_t max_size = std::int64_t{1} << 24;
-  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--dim", dim},
-                         std::pair{"--ffn", ffn}, std::pair{"--vocab", vocab}})
+  for (auto [flag, v] : {std::pair{"--layers", layers}, std::pair{"--heads", heads}, std::pair{"--kv-heads", kv_heads},
+                         std::pair{"--dim", dim}, std::pair{"--ffn", ffn}, std::pair{"--vocab", vocab}})
     BMT_REQUIRE(v >= 0 && v <= max_size, flag << ": expected a size in [1, " << max_size
                                               << "] (or 0: the preset's), found " << v);
-  ModelConfig c = preset(model);
-  if (layers) c.layers = layers;
-  if (heads) c.heads = heads;
-  if (dim) c.dim = dim;
-  if (ffn) c.ffn = ffn;
-  else if (dim) c.ffn = c.arch == "gpt2" ? 4 * dim : c.ffn * dim / preset(model).dim;
-  if (vocab) c.vocab = vocab;
+  BMT_REQUIRE(std::isfinite(rope_theta) && rope_theta >= 0.0f,
+              "--rope-theta: expected a positive number (or 0: the preset's), found " << rope_theta);
+  ModelConfig c;
+  if (!init_from.empty()) {
+    c = init_from_model(*this);
+  } else {
+    const std::string name = model_name();
+    c = preset(name);
+    if (layers) c.layers = layers;
+    if (heads) c.heads = heads;
+    if (kv_heads) c.kv_heads = kv_heads;
+    if (dim) c.dim = dim;
+    if (ffn) c.ffn = ffn;
+    else if (dim) c.ffn = c.arch == "gpt2" ? 4 * dim : c.ffn * dim / preset(name).dim;
+    if (vocab) c.vocab = vocab;
+    BMT_REQUIRE(rope_theta == 0.0f || c.arch == "llama",
+                "--rope-theta: expected a Llama model (rotary embeddings), found " << c.arch);
+    if (rope_theta > 0.0f) c.rope.theta = rope_theta;
+  }
   c.dtype = bmt::parse_dtype(dtype);
   BMT_REQUIRE(bmt::is_floating(c.dtype), "--dtype: expected f32, bf16 or f16, found '" << dtype << "'");
   c.dropout = dropout;
   c.validate();
-  BMT_REQUIRE(seq <= c.max_seq, "--seq: expected at most " << c.max_seq << " tokens for model " << model << ", found "
-                                                           << seq);
+  BMT_REQUIRE(seq <= c.max_seq, "--seq: expected at most " << c.max_seq << " tokens for model " << model_name()
+                                                           << ", found " << seq);
   return c;
 }
 
 std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
   std::ostringstream os;
   os.precision(9);  // floats round-trip
-  os << "model=" << o.model << "; arch=" << c.arch << "; layers=" << c.layers << "; heads=" << c.heads
-     << "; dim=" << c.dim << "; ffn=" << c.ffn << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq
+  os << "model=" << o.model << "; init_from=" << o.init_from << "; arch=" << c.arch << "; layers=" << c.layers
+     << "; heads=" << c.heads << "; kv_heads=" << c.kv_head_count() << "; dim=" << c.dim << "; ffn=" << c.ffn
+     << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq << "; tie_embeddings=" << c.tie_embeddings
+     << "; rope=" << c.rope.theta << "," << c.rope.factor << "," << c.rope.low_freq_factor << ","
+     << c.rope.high_freq_factor << "," << c.rope.original_max_positions << "; norm_eps=" << c.norm_eps
      << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention
      << "; keep_residual=" << o.keep_residual << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
@@ -180,7 +228,8 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; grad_clip=" << o.grad_clip << "; loss_scale=" << o.loss_scale
      << "; stop_on_nonfinite=" << o.stop_on_nonfinite << "; eval_every=" << o.eval_every
      << "; eval_batches=" << o.eval_batches << "; save=" << o.save << "; save_every=" << o.save_every
-     << "; keep_last=" << o.keep_last << "; resume=" << o.resume;
+     << "; keep_last=" << o.keep_last << "; resume=" << o.resume << "; export_hf=" << o.export_hf
+     << "; export_shard_gb=" << o.export_shard_gb << "; eval_only=" << o.eval_only;
   return os.str();
 }
 
@@ -203,9 +252,16 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                     (note.empty() ? "" : " (" + note + ")"));
   };
 
-  t.add("--model", o.model, "Model preset: " + presets)->capture_default_str();
+  t.add("--model", o.model, "Model preset: " + presets + " (default tiny, or --init-from's)");
+  t.add("--init-from", o.init_from,
+        "Start from a Hugging Face checkpoint directory (config.json and model.safetensors, or its sharded files "
+        "and index): GPT2LMHeadModel or LlamaForCausalLM, bf16, f16 or f32; the model's shape comes from its "
+        "config.json, and the optimizer starts fresh (--resume still continues a bmt-train checkpoint)");
   t.add_whole("--layers", o.layers, "Override the preset's number of blocks", size);
   t.add_whole("--heads", o.heads, "Override the preset's attention heads", size);
+  t.add_whole("--kv-heads", o.kv_heads, "Override the preset's key/value heads (Llama's grouped-query attention; "
+                                        "a divisor of --heads)", size);
+  t.add("--rope-theta", o.rope_theta, "Override the preset's rotary base theta (Llama)");
   t.add_whole("--dim", o.dim, "Override the preset's model width", size);
   t.add_whole("--ffn", o.ffn, "Override the preset's MLP hidden size", size);
   t.add_whole("--vocab", o.vocab, "Override the preset's vocabulary size", size);
@@ -288,6 +344,18 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add_flag("--timeline-ops", o.timeline_ops, "With --timeline: also one span per op's forward and backward "
                                                "(bench/timeline_summary.py adds them up)")
       ->needs("--timeline");
+  t.add("--export-hf", o.export_hf,
+        "After training, write the model to this directory as a Hugging Face checkpoint that transformers' "
+        "from_pretrained loads (config.json and safetensors in the hub's names)");
+  t.add("--export-shard-gb", o.export_shard_gb,
+        "Largest safetensors file of --export-hf, in GB (10^9 bytes); larger exports are sharded with an index")
+      ->capture_default_str();
+  t.add_flag("--eval-only", o.eval_only,
+             "Evaluate the model (--init-from's, or --resume's) on every sequence of --val-data once and print the "
+             "loss and perplexity; nothing is trained or saved");
+  t.add("--eval-logits", o.eval_logits, "With --eval-only: write the logits of the first validation sequence to this "
+                                        "file (raw little-endian f32, [seq, vocab])")
+      ->needs("--eval-only");
 
   // Every key of a config file is one of these options, set once, with a value of its type.
   auto config = std::make_shared<StrictConfig>(t.keys());
@@ -329,6 +397,13 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   finite_at_least("--dropout", o.dropout, 0.0f);
   for (auto [flag, beta] : {std::pair{"--beta1", o.beta1}, std::pair{"--beta2", o.beta2}})
     BMT_REQUIRE(beta >= 0.0f && beta < 1.0f, flag << ": expected a number in [0, 1), found " << beta);
+  BMT_REQUIRE(std::isfinite(o.export_shard_gb) && o.export_shard_gb > 0.0,
+              "--export-shard-gb: expected a positive size, found " << o.export_shard_gb);
+  if (o.eval_only) {
+    BMT_REQUIRE(!o.val_data.empty(), "--eval-only: expected --val-data token files to evaluate on, found none");
+    for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--export-hf", o.export_hf}})
+      BMT_REQUIRE(value.empty(), "--eval-only: expected nothing saved, found " << flag << " " << value);
+  }
   return true;
 }
 

@@ -10,8 +10,10 @@ namespace bmt_train {
 
 struct TrainOptions {
   // model
-  std::string model = "tiny";
-  std::int64_t layers = 0, heads = 0, dim = 0, ffn = 0, vocab = 0;  // 0: the preset's
+  std::string model;  // a preset; empty: tiny, or with --init-from the checkpoint's config.json
+  std::int64_t layers = 0, heads = 0, kv_heads = 0, dim = 0, ffn = 0, vocab = 0;  // 0: the preset's
+  float rope_theta = 0.0f;                                                        // 0: the preset's
+  std::string init_from;  // a Hugging Face checkpoint directory: the model's shape and first weights
   std::string dtype = "f32";
   float dropout = 0.0f;
   // distribution and memory
@@ -56,8 +58,17 @@ struct TrainOptions {
   bool no_progress = false;  // force it off (default: on for an interactive terminal)
   std::string timeline;      // per-stream Chrome trace, one file per rank (bmt::timeline)
   bool timeline_ops = false;  // the timeline also times each op (bmt::timeline::Detail::ops)
+  std::string export_hf;      // a directory for the trained model as a Hugging Face checkpoint
+  double export_shard_gb = 5.0;  // the largest safetensors file of an export
+  // evaluation only
+  bool eval_only = false;   // the loaded model's loss on --val-data; nothing trained or saved
+  std::string eval_logits;  // with --eval-only: the first validation sequence's logits, f32 [seq, vocab]
 
+  // The model the options describe: a preset with overrides, or --init-from's config.json (a flag
+  // that disagrees with it is an error naming both values). Reads config.json on every call.
   ModelConfig model_config() const;
+  // The preset's name, or what the model comes from.
+  std::string model_name() const;
 };
 
 // The options every rank must share, with the model they describe, as `key=value` items for

@@ -62,8 +62,16 @@ ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContex
 }
 
 json checkpoint_model(const TrainOptions& o, const ModelConfig& c) {
-  return {{"preset", o.model}, {"arch", c.arch},   {"layers", c.layers},   {"heads", c.heads},
-          {"dim", c.dim},      {"ffn", c.ffn},     {"vocab", c.vocab},     {"max_seq", c.max_seq},
+  return {{"preset", o.model_name()},
+          {"arch", c.arch},
+          {"layers", c.layers},
+          {"heads", c.heads},
+          {"kv_heads", c.kv_head_count()},
+          {"dim", c.dim},
+          {"ffn", c.ffn},
+          {"vocab", c.vocab},
+          {"max_seq", c.max_seq},
+          {"tie_embeddings", c.tie_embeddings},
           {"dtype", bmt::dtype_name(c.dtype)}};
 }
 
@@ -90,6 +98,15 @@ void check_checkpoint_model(const bmt::io::TrainingState& state, const json& mod
     const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     differences += (differences.empty() ? "" : "; ") + std::string(f.key) + " " + text(*it) + " there, " + text(here) + " here";
     if (std::string(f.flag) != "--model") flags += " " + std::string(f.flag) + " " + text(*it);
+  }
+  // Recorded since grouped-query attention and tied Llama heads: absent from older checkpoints,
+  // whose models had as many key/value heads as heads.
+  for (const Field f : {Field{"kv_heads", "--kv-heads"}, Field{"tie_embeddings", "--model"}}) {
+    const auto it = saved->find(f.key);
+    if (it == saved->end() || *it == model.at(f.key)) continue;
+    differences += (differences.empty() ? "" : "; ") + std::string(f.key) + " " + it->dump() + " there, " +
+                   model.at(f.key).dump() + " here";
+    if (std::string(f.flag) != "--model") flags += " " + std::string(f.flag) + " " + it->dump();
   }
   BMT_REQUIRE(differences.empty(), "--resume: the checkpoint holds another model (" << differences
                                        << "): expected the same model"

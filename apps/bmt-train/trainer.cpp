@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <bmtrain/io/collective_status.hpp>
+#include <bmtrain/io/hf_checkpoint.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 
 #include "checkpoint_paths.hpp"
 #include "output_files.hpp"
@@ -45,10 +48,12 @@ Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context
   configure();
   read_checkpoint();
   build_model();
-  build_optimizer();
-  resume();
+  if (!o_.eval_only) {
+    build_optimizer();
+    resume();
+  }
   print_banner(o_, cfg_, facts_);
-  open_outputs();
+  if (!o_.eval_only) open_outputs();
 }
 
 Trainer::~Trainer() = default;
@@ -57,6 +62,8 @@ Trainer::~Trainer() = default;
 void Trainer::configure() {
   agreed([&] {
     cfg_ = o_.model_config();
+    hf_ = to_hf(cfg_);
+    if (!o_.init_from.empty()) hf_.source = bmt::io::read_hf_config(o_.init_from).source;
     BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
                                                    << world_ << " ranks");
     facts_.local_batch = o_.batch / world_;
@@ -107,9 +114,16 @@ void Trainer::build_model() {
   agreed([&] {
     model_ = std::make_unique<GPT>(cfg_, o_.prefetch, checkpoint, o_.loss_chunk, o_.keep_blocks);
     bmt::init_parameters(*model_);
-    if (!facts_.resumed_from.empty()) bmt::load(*model_, facts_.resumed_from + "/model.safetensors");
+    // A run resumes from its own checkpoint; --init-from's weights start a fresh one.
+    if (!facts_.resumed_from.empty())
+      bmt::load(*model_, facts_.resumed_from + "/model.safetensors");
+    else if (!o_.init_from.empty())
+      bmt::io::load_hf_checkpoint(*model_, o_.init_from, hf_);
     loader_.emplace(make_loader(data_.train, o_, cfg_, o_.seed));
-    if (data_.val && o_.eval_every > 0) val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed + 1000003));
+    if (o_.eval_only)
+      val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed, /*shuffle=*/false));
+    else if (data_.val && o_.eval_every > 0)
+      val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed + 1000003));
     schedule_ = bmt::optim::make_scheduler(o_.schedule, facts_.peak_lr, o_.warmup,
                                            std::max<std::int64_t>(o_.steps, o_.warmup + 1), o_.min_lr);
   });
@@ -247,6 +261,66 @@ double Trainer::evaluate() {
   return mean;
 }
 
+int Trainer::evaluate_only() {
+  const MPI_Comm comm = bmt::context().mpi_comm();
+  bmt::NoGradGuard no_grad;
+  model_->eval();
+  const std::uint64_t batches = val_loader_->steps_per_epoch();
+  double sum = 0, count = 0;  // micro-batch mean losses (each of the same number of tokens)
+  for (std::uint64_t b = 0; b < batches; ++b) {
+    const auto batch = val_loader_->next();
+    for (const auto& mb : batch.split(static_cast<std::size_t>(facts_.accumulation))) {
+      auto tokens = bmt::Tensor::from_host(mb.inputs.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
+      auto targets = bmt::Tensor::from_host(mb.targets.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
+      if (b == 0 && count == 0 && !o_.eval_logits.empty()) {
+        // In the source's order, rank 0's first row is the file's first sequence. Every rank runs
+        // the forward (its blocks gather collectively); rank 0 writes.
+        const auto logits = model_->logits(tokens).to_host_floats();
+        agreed([&] {  // a failed write ends every rank
+          if (bmt::rank() != 0) return;
+          std::ofstream out(o_.eval_logits, std::ios::binary | std::ios::trunc);
+          out.write(reinterpret_cast<const char*>(logits.data()),
+                    static_cast<std::streamsize>(o_.seq * cfg_.vocab * sizeof(float)));
+          BMT_REQUIRE(out.good(), "--eval-logits: cannot write '" << o_.eval_logits << "'");
+        });
+      }
+      sum += model_->loss(tokens, targets).to_host_floats()[0];
+      count += 1;
+    }
+  }
+  double totals[2] = {sum, count};
+  BMT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm));
+  const double loss = totals[0] / totals[1];
+  const std::uint64_t sequences = batches * static_cast<std::uint64_t>(o_.batch);
+  char line[256];
+  std::snprintf(line, sizeof line, "eval: loss %.7f  perplexity %.4f  (%llu sequences of %lld tokens)", loss,
+                std::exp(loss), static_cast<unsigned long long>(sequences), static_cast<long long>(o_.seq));
+  bmt::print_rank(line);
+  const std::uint64_t left = val_loader_->sequences_per_epoch() - sequences;
+  if (left > 0)
+    bmt::print_rank("eval: ", left, " sequence(s) at the end of --val-data left out (fewer than a --batch)");
+  agreed([&] {  // a failed write ends every rank
+    if (o_.metrics.empty() || bmt::rank() != 0) return;
+    std::ofstream out(o_.metrics, std::ios::trunc);
+    out << nlohmann::json{{"eval_loss", loss},
+                          {"perplexity", std::exp(loss)},
+                          {"sequences", sequences},
+                          {"tokens", sequences * static_cast<std::uint64_t>(o_.seq)}}
+               .dump()
+        << "\n";
+    BMT_REQUIRE(out.good(), "--metrics: cannot write '" << o_.metrics << "'");
+  });
+  return 0;
+}
+
+void Trainer::export_hf() {
+  bmt::io::HfExportOptions options;
+  options.max_shard_bytes = static_cast<std::uint64_t>(o_.export_shard_gb * 1e9);
+  bmt::io::save_hf_checkpoint(*model_, o_.export_hf, hf_, options);
+  bmt::print_rank("exported ", o_.export_hf, " (Hugging Face ", cfg_.arch == "gpt2" ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+                  ")");
+}
+
 void Trainer::save(std::int64_t step) {
   manager_->settle();  // step counts, schedule and loss scale as of the last step's outcome
   const std::string dir = checkpoints_->begin_save(step);
@@ -269,6 +343,7 @@ void Trainer::save(std::int64_t step) {
 }
 
 int Trainer::run() {
+  if (o_.eval_only) return evaluate_only();
   const std::int64_t start = facts_.start_step;
   const std::int64_t tokens_per_step = o_.batch * o_.seq;
   const auto peak = peak_flops(cfg_.dtype);
@@ -304,6 +379,7 @@ int Trainer::run() {
   bar.clear();
   manager_->settle();  // the last step's outcome (a skip is reported)
   if (checkpoints_ && o_.steps > start) save(o_.steps);
+  if (!o_.export_hf.empty()) export_hf();
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
   if (!o_.timeline.empty()) {
@@ -313,7 +389,7 @@ int Trainer::run() {
   if (o_.steps > start) {
     fault_.at(FaultInjection::Point::plot, o_.steps);
     agreed([&] {
-      log_->finish("bmt-train " + o_.model + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
+      log_->finish("bmt-train " + o_.model_name() + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
                    data_.entropy_rate);
     });
   }

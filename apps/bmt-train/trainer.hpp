@@ -30,7 +30,8 @@ class Trainer {
   explicit Trainer(const TrainOptions& options);
   ~Trainer();
 
-  // Trains from the resumed (or first) step to --steps; returns the process exit code.
+  // Trains from the resumed (or first) step to --steps, or with --eval-only evaluates; returns the
+  // process exit code.
   int run();
 
  private:
@@ -43,11 +44,15 @@ class Trainer {
   // One optimizer step over the next batch; fills the record's loss (when read), lr and outcome.
   StepRecord step(std::int64_t step, bool read_loss);
   double evaluate();
+  // --eval-only: the loss over every --val-data sequence once, printed (and in --metrics).
+  int evaluate_only();
   void save(std::int64_t step);
+  void export_hf();
 
   const TrainOptions& o_;
   int world_ = 1;
   ModelConfig cfg_;
+  bmt::io::HfModelConfig hf_;  // the model as a Hugging Face config (--init-from's, updated)
   TrainingData data_;
   RunFacts facts_;
   std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names

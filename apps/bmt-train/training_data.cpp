@@ -24,8 +24,9 @@ TrainingData open_training_data(const TrainOptions& o, const ModelConfig& c) {
 }
 
 bmt::io::TokenLoader make_loader(std::shared_ptr<const bmt::io::SequenceSource> source, const TrainOptions& o,
-                                 const ModelConfig& c, std::uint64_t seed) {
+                                 const ModelConfig& c, std::uint64_t seed, bool shuffle) {
   bmt::io::LoaderOptions lo;
+  lo.shuffle = shuffle;
   lo.global_batch = static_cast<std::size_t>(o.batch);
   lo.seq_len = static_cast<std::size_t>(o.seq);
   lo.seed = seed;

@@ -19,8 +19,9 @@ struct TrainingData {
 // chain, read in another order) or token files.
 TrainingData open_training_data(const TrainOptions& options, const ModelConfig& config);
 
-// A loader of --batch sequences of --seq tokens a step, shuffled by `seed`.
+// A loader of --batch sequences of --seq tokens a step, shuffled by `seed` (or in the source's
+// order when not `shuffle`).
 bmt::io::TokenLoader make_loader(std::shared_ptr<const bmt::io::SequenceSource> source, const TrainOptions& options,
-                                 const ModelConfig& config, std::uint64_t seed);
+                                 const ModelConfig& config, std::uint64_t seed, bool shuffle = true);
 
 }  // namespace bmt_train

@@ -4,7 +4,9 @@
 // projection, causal softmax attention over heads, output projection, LayerNorm, GELU MLP with the
 // tanh form), a final LayerNorm, the head tied to the token embedding. Llama: token embeddings,
 // pre-norm blocks (RMSNorm, Q/K/V projections, rotary embedding of q and k in the rotate-half
-// form, causal attention, output projection, RMSNorm, SwiGLU MLP), a final RMSNorm, its own head.
+// form with Llama 3's frequency scaling when asked for, causal attention with each key/value head
+// serving its group of query heads, output projection, RMSNorm, SwiGLU MLP), a final RMSNorm, its
+// own head or the token embedding.
 // Both: the mean cross-entropy of the next-token targets. Tests hold the models to it: the loss,
 // and the gradients against central differences of this loss.
 #include <algorithm>
@@ -22,6 +24,10 @@ struct Shape {
   std::string arch;  // gpt2 | llama
   std::int64_t vocab, dim, heads, ffn, layers;
   double norm_eps, rope_theta;
+  std::int64_t kv_heads = 0;  // Llama's key/value heads; 0: as many as heads
+  bool llama_tied = false;    // a Llama whose head is its token embedding (GPT-2's always is)
+  // Llama 3's rope_scaling; rope_factor 0: none.
+  double rope_factor = 0, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_positions = 8192;
 };
 
 namespace detail {
@@ -70,35 +76,51 @@ inline double gelu(double x) {
 
 inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
-// Head vectors of width D rotated at position t: pairs (i, i + D/2) by t theta^(-2i/D).
-inline void rotate(Row& x, std::size_t heads, std::size_t t, double theta) {
+// The rotation frequency of pair i of a D-wide head: 1 / theta^(2i/D), and with Llama 3's scaling
+// (wavelengths 2 pi / f beyond original / low divided by the factor, below original / high kept,
+// those between blended) as transformers' _compute_llama3_parameters computes it.
+inline double rope_frequency(std::size_t i, std::size_t D, const Shape& s) {
+  const double f = 1.0 / std::pow(s.rope_theta, 2.0 * static_cast<double>(i) / static_cast<double>(D));
+  if (s.rope_factor <= 0) return f;
+  const double wavelength = 2 * M_PI / f;
+  if (wavelength < s.rope_original_positions / s.rope_high_freq_factor) return f;
+  if (wavelength > s.rope_original_positions / s.rope_low_freq_factor) return f / s.rope_factor;
+  const double smooth = (s.rope_original_positions / wavelength - s.rope_low_freq_factor) /
+                        (s.rope_high_freq_factor - s.rope_low_freq_factor);
+  return (1 - smooth) * f / s.rope_factor + smooth * f;
+}
+
+// Head vectors of width D rotated at position t: pairs (i, i + D/2) by t f_i.
+inline void rotate(Row& x, std::size_t heads, std::size_t t, const Shape& s) {
   const std::size_t D = x.size() / heads, half = D / 2;
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / D);
+      const double angle = static_cast<double>(t) * rope_frequency(i, D, s);
       const double x1 = x[h * D + i], x2 = x[h * D + i + half];
       x[h * D + i] = x1 * std::cos(angle) - x2 * std::sin(angle);
       x[h * D + i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
     }
 }
 
-// Causal attention: query t of head h (columns h D .. h D + D - 1) over keys 0..t.
-inline Rows attention(const Rows& q, const Rows& k, const Rows& v, std::size_t heads) {
-  const std::size_t T = q.size(), C = q[0].size(), D = C / heads;
+// Causal attention: query t of head h (columns h D .. h D + D - 1) over keys 0..t of key/value
+// head h / (heads / kv_heads).
+inline Rows attention(const Rows& q, const Rows& k, const Rows& v, std::size_t heads, std::size_t kv_heads) {
+  const std::size_t T = q.size(), C = q[0].size(), D = C / heads, group = heads / kv_heads;
   Rows y(T, Row(C, 0.0));
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t h = 0; h < heads; ++h) {
+      const std::size_t g = h / group;
       Row score(t + 1);
       for (std::size_t j = 0; j <= t; ++j) {
         double dot = 0.0;
-        for (std::size_t d = 0; d < D; ++d) dot += q[t][h * D + d] * k[j][h * D + d];
+        for (std::size_t d = 0; d < D; ++d) dot += q[t][h * D + d] * k[j][g * D + d];
         score[j] = dot / std::sqrt(static_cast<double>(D));
       }
       const double top = *std::max_element(score.begin(), score.end());
       double sum = 0.0;
       for (double& s : score) sum += (s = std::exp(s - top));
       for (std::size_t j = 0; j <= t; ++j)
-        for (std::size_t d = 0; d < D; ++d) y[t][h * D + d] += score[j] / sum * v[j][h * D + d];
+        for (std::size_t d = 0; d < D; ++d) y[t][h * D + d] += score[j] / sum * v[j][g * D + d];
     }
   return y;
 }
@@ -119,7 +141,7 @@ void gpt2_block(Rows& x, const Shape& s, const At& at) {
     k[t].assign(qkv.begin() + C, qkv.begin() + 2 * C);
     v[t].assign(qkv.begin() + 2 * C, qkv.end());
   }
-  const Rows y = attention(q, k, v, static_cast<std::size_t>(s.heads));
+  const Rows y = attention(q, k, v, static_cast<std::size_t>(s.heads), static_cast<std::size_t>(s.heads));
   for (std::size_t t = 0; t < T; ++t) {
     add_to(x[t], affine(y[t], at("attn_proj.weight"), at("attn_proj.bias")));
     Row hidden = affine(layer_norm(x[t], at("ln_2.weight"), at("ln_2.bias"), s.norm_eps), at("mlp_fc.weight"),
@@ -133,16 +155,17 @@ void gpt2_block(Rows& x, const Shape& s, const At& at) {
 template <class At>
 void llama_block(Rows& x, const Shape& s, const At& at) {
   const std::size_t T = x.size(), H = static_cast<std::size_t>(s.heads);
+  const std::size_t Hk = s.kv_heads > 0 ? static_cast<std::size_t>(s.kv_heads) : H;
   Rows q(T), k(T), v(T);
   for (std::size_t t = 0; t < T; ++t) {
     const Row h = rms_norm(x[t], at("attention_norm.weight"), s.norm_eps);
     q[t] = affine(h, at("wq.weight"));
     k[t] = affine(h, at("wk.weight"));
     v[t] = affine(h, at("wv.weight"));
-    rotate(q[t], H, t, s.rope_theta);
-    rotate(k[t], H, t, s.rope_theta);
+    rotate(q[t], H, t, s);
+    rotate(k[t], Hk, t, s);
   }
-  const Rows y = attention(q, k, v, H);
+  const Rows y = attention(q, k, v, H, Hk);
   for (std::size_t t = 0; t < T; ++t) {
     add_to(x[t], affine(y[t], at("wo.weight")));
     const Row f = rms_norm(x[t], at("ffn_norm.weight"), s.norm_eps);
@@ -162,7 +185,7 @@ inline double loss(const Params& p, const Shape& s, const std::vector<std::vecto
   const bool gpt2 = s.arch == "gpt2";
   const std::size_t C = static_cast<std::size_t>(s.dim);
   const Row& wte = p.at("wte");
-  const Row& head = p.at(gpt2 ? "wte" : "lm_head");  // GPT-2 ties its head to the token embedding
+  const Row& head = p.at(gpt2 || s.llama_tied ? "wte" : "lm_head");  // GPT-2 ties its head to the token embedding
   double total = 0.0;
   std::size_t count = 0;
   for (std::size_t b = 0; b < tokens.size(); ++b) {

@@ -20,6 +20,7 @@ inline bmt_train::ModelConfig config(const std::string& arch, std::int64_t layer
   c.heads = 2;
   c.dim = 32;
   c.ffn = arch == "gpt2" ? 128 : 96;
+  c.tie_embeddings = arch == "gpt2";  // Llama 2's head: its own
   return c;
 }
 

@@ -63,8 +63,8 @@ struct Comparison {
 // parameters' values, at the next batch: five coordinates spread over each parameter and two in a
 // row of wte the batch's tokens pick (its gradient comes from the embedding, and in GPT-2 from the
 // tied head as well). `parameters`: how many the model has.
-Comparison compare_with_reference(const std::string& arch, bmt::DType dtype, std::size_t parameters) {
-  auto cfg = small_gpt::config(arch, 2);
+Comparison compare_with_reference(bmt_train::ModelConfig cfg, bmt::DType dtype, std::size_t parameters) {
+  const std::string arch = cfg.arch;
   cfg.dtype = dtype;
   bmt_train::GPT model(cfg);
   bmt::init_parameters(model);
@@ -83,8 +83,13 @@ Comparison compare_with_reference(const std::string& arch, bmt::DType dtype, std
   gpt_reference::Params reference;
   for (const auto& [name, vg] : params) reference[name] = std::vector<double>(vg.first.begin(), vg.first.end());
   EXPECT_EQ(reference.size(), parameters) << arch;
-  const gpt_reference::Shape shape{arch, cfg.vocab, cfg.dim, cfg.heads, cfg.ffn, cfg.layers, cfg.norm_eps,
-                                   cfg.rope_theta};
+  const gpt_reference::Shape shape{arch,          cfg.vocab,
+                                   cfg.dim,       cfg.heads,
+                                   cfg.ffn,       cfg.layers,
+                                   cfg.norm_eps,  cfg.rope.theta,
+                                   cfg.kv_heads,  arch == "llama" && cfg.tie_embeddings,
+                                   cfg.rope.factor, cfg.rope.low_freq_factor,
+                                   cfg.rope.high_freq_factor, cfg.rope.original_max_positions};
   const Batch batch = reference_batch(1, cfg.vocab);
   out.reference_loss = gpt_reference::loss(reference, shape, batch.tokens, batch.targets);
   for (const auto& [name, vg] : params) {
@@ -109,9 +114,22 @@ Comparison compare_with_reference(const std::string& arch, bmt::DType dtype, std
   return out;
 }
 
+// Llama as Llama 3 is built: grouped-query attention (4 query heads over 2 key/value heads), the
+// head tied to the embedding, and rope_scaling whose bands (kept, blended, divided by the factor)
+// each hold some of the 8-wide head's 4 frequencies.
+bmt_train::ModelConfig llama3_like() {
+  auto cfg = small_gpt::config("llama", 2);
+  cfg.heads = 4;
+  cfg.kv_heads = 2;
+  cfg.tie_embeddings = true;
+  cfg.rope = {10000.0f, 8.0f, 1.0f, 4.0f, 64.0f};
+  return cfg;
+}
+
 // In f32, coordinate by coordinate.
-void expect_f32_matches(const std::string& arch, std::size_t parameters) {
-  const Comparison c = compare_with_reference(arch, bmt::DType::f32, parameters);
+void expect_f32_matches(const bmt_train::ModelConfig& cfg, std::size_t parameters) {
+  const std::string arch = cfg.arch;
+  const Comparison c = compare_with_reference(cfg, bmt::DType::f32, parameters);
   EXPECT_NEAR(c.loss, c.reference_loss, 1e-5 * c.reference_loss);
   for (const GradientPair& g : c.gradients)
     // f32 against float64: within 2e-6 relative where measured on the host, or 4e-9 absolute
@@ -125,8 +143,9 @@ void expect_f32_matches(const std::string& arch, std::size_t parameters) {
 // together, by the relative size of the difference. Measured on the host: loss 1.4e-5 (GPT-2) and
 // 3.1e-5 (Llama), all gradients 1.3e-3 and 3.3e-3, the worst parameter 3.1e-3 and 9.5e-3; the
 // bounds leave five times that or more for a GPU's kernels, where a wrong term gives 0.1 to 1.
-void expect_bf16_near(const std::string& arch, std::size_t parameters) {
-  const Comparison c = compare_with_reference(arch, bmt::DType::bf16, parameters);
+void expect_bf16_near(const bmt_train::ModelConfig& cfg, std::size_t parameters) {
+  const std::string arch = cfg.arch;
+  const Comparison c = compare_with_reference(cfg, bmt::DType::bf16, parameters);
   EXPECT_NEAR(c.loss, c.reference_loss, 1e-3 * c.reference_loss) << arch;
   std::map<std::string, std::pair<double, double>> per_parameter;  // squared difference, squared reference
   double difference = 0, size = 0;
@@ -145,13 +164,21 @@ void expect_bf16_near(const std::string& arch, std::size_t parameters) {
 }  // namespace
 
 TEST(GptReference, Gpt2LossAndGradientsMatchAFloat64Reference) {
-  expect_f32_matches("gpt2", 4 + 12 * 2);  // wte, wpe, ln_f's two; 12 a block
+  expect_f32_matches(small_gpt::config("gpt2", 2), 4 + 12 * 2);  // wte, wpe, ln_f's two; 12 a block
 }
 
 TEST(GptReference, LlamaLossAndGradientsMatchAFloat64Reference) {
-  expect_f32_matches("llama", 3 + 9 * 2);  // wte, norm, lm_head; 9 a block
+  expect_f32_matches(small_gpt::config("llama", 2), 3 + 9 * 2);  // wte, norm, lm_head; 9 a block
 }
 
-TEST(GptReference, Bf16Gpt2StaysNearTheFloat64Reference) { expect_bf16_near("gpt2", 4 + 12 * 2); }
+TEST(GptReference, Llama3LikeLossAndGradientsMatchAFloat64Reference) {
+  expect_f32_matches(llama3_like(), 2 + 9 * 2);  // wte (also the head), norm; 9 a block
+}
 
-TEST(GptReference, Bf16LlamaStaysNearTheFloat64Reference) { expect_bf16_near("llama", 3 + 9 * 2); }
+TEST(GptReference, Bf16Gpt2StaysNearTheFloat64Reference) { expect_bf16_near(small_gpt::config("gpt2", 2), 4 + 12 * 2); }
+
+TEST(GptReference, Bf16LlamaStaysNearTheFloat64Reference) {
+  expect_bf16_near(small_gpt::config("llama", 2), 3 + 9 * 2);
+}
+
+TEST(GptReference, Bf16Llama3LikeStaysNearTheFloat64Reference) { expect_bf16_near(llama3_like(), 2 + 9 * 2); }
