@@ -46,11 +46,15 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
                   "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
   bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state + ",
                   bytes_text(f.memory.buffers), " gather/gradient buffers + activations");
-  if (!f.resumed_from.empty())
+  const std::string weights = !f.resumed_from.empty() ? f.resumed_from
+                              : !o.init_from.empty()   ? o.init_from + " (Hugging Face checkpoint)"
+                                                       : std::string("a fresh initialization");
+  if (o.eval_only)
+    bmt::print_rank("| evaluating ", weights, " on ", o.val_data, "; nothing trained or saved");
+  else if (!f.resumed_from.empty())
     bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step);
   else if (!o.init_from.empty())
-    bmt::print_rank("| weights from ", o.init_from, " (Hugging Face checkpoint)");
-  if (o.eval_only) bmt::print_rank("| evaluating only: ", o.val_data);
+    bmt::print_rank("| weights from ", weights);
   bmt::print_rank("+--------------------------------------------------------------");
 }
 

@@ -27,8 +27,11 @@ class Fields {
       BMT_REQUIRE(fallback, where_ << ": expected a positive integer '" << key << "', found none");
       return *fallback;
     }
-    BMT_REQUIRE(v->is_number_integer() && v->get<std::int64_t>() > 0,
-                where_ << ": expected a positive integer '" << key << "', found " << v->dump());
+    // Far beyond any model, and small enough that products of a few sizes cannot overflow.
+    constexpr std::int64_t max_size = std::int64_t{1} << 31;
+    BMT_REQUIRE(v->is_number_integer() && v->get<std::int64_t>() > 0 && v->get<std::int64_t>() <= max_size,
+                where_ << ": expected a positive integer '" << key << "' of at most " << max_size << ", found "
+                       << v->dump());
     return v->get<std::int64_t>();
   }
 
@@ -111,6 +114,26 @@ void parse_gpt2(const Fields& f, HfModelConfig& c, const std::string& where) {
   f.require_flag("add_cross_attention", false, "a decoder without cross-attention");
 }
 
+// A rope_scaling (or transformers 5's rope_parameters) object: rope_type default, or llama3 with
+// its four parameters.
+void parse_rope_scaling(const nlohmann::json& s, HfModelConfig& c, const std::string& what) {
+  BMT_REQUIRE(s.is_object(), what << ": expected an object or null, found " << s.dump());
+  const Fields r(s, what);
+  const std::string type = r.text("rope_type", r.text("type", "default"));
+  BMT_REQUIRE(r.number("partial_rotary_factor", 1.0) == 1.0,
+              what << ": expected partial_rotary_factor 1 (every dimension rotated), found "
+                   << r.find("partial_rotary_factor")->dump());
+  if (type == "default") return;
+  BMT_REQUIRE(type == "llama3", what << ": expected rope_type llama3 or default, found '" << type << "'");
+  c.rope_factor = r.number("factor");
+  c.rope_low_freq_factor = r.number("low_freq_factor");
+  c.rope_high_freq_factor = r.number("high_freq_factor");
+  c.rope_original_max_positions = r.positive("original_max_position_embeddings");
+  BMT_REQUIRE(c.rope_factor > 0.0 && c.rope_low_freq_factor > 0.0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
+              what << ": expected factor > 0 and 0 < low_freq_factor < high_freq_factor, found " << c.rope_factor << ", "
+                   << c.rope_low_freq_factor << " and " << c.rope_high_freq_factor);
+}
+
 void parse_llama(const Fields& f, HfModelConfig& c, const std::string& where) {
   c.vocab = f.positive("vocab_size");
   c.hidden = f.positive("hidden_size");
@@ -120,7 +143,6 @@ void parse_llama(const Fields& f, HfModelConfig& c, const std::string& where) {
   c.intermediate = f.positive("intermediate_size");
   c.max_positions = f.positive("max_position_embeddings", 2048);
   c.norm_eps = f.number("rms_norm_eps", 1e-6);
-  c.rope_theta = f.number("rope_theta", 10000.0);
   c.tie_word_embeddings = f.flag("tie_word_embeddings", false);
   const std::string act = f.text("hidden_act", "silu");
   BMT_REQUIRE(act == "silu", where << ": expected hidden_act silu (SwiGLU), found '" << act << "'");
@@ -130,22 +152,14 @@ void parse_llama(const Fields& f, HfModelConfig& c, const std::string& where) {
     BMT_REQUIRE(c.hidden % c.heads == 0 && f.positive("head_dim") == c.hidden / c.heads,
                 where << ": expected head_dim hidden_size / num_attention_heads = " << c.hidden / c.heads
                       << ", found " << f.positive("head_dim"));
-  if (const nlohmann::json* s = f.find("rope_scaling")) {
-    const std::string what = where + " rope_scaling";
-    BMT_REQUIRE(s->is_object(), what << ": expected an object or null, found " << s->dump());
-    const Fields r(*s, what);
-    const std::string type = r.text("rope_type", r.text("type", ""));
-    if (type != "default") {
-      BMT_REQUIRE(type == "llama3", what << ": expected rope_type llama3 or default, found '" << type << "'");
-      c.rope_factor = r.number("factor");
-      c.rope_low_freq_factor = r.number("low_freq_factor");
-      c.rope_high_freq_factor = r.number("high_freq_factor");
-      c.rope_original_max_positions = r.positive("original_max_position_embeddings");
-      BMT_REQUIRE(c.rope_factor > 0.0 && c.rope_low_freq_factor > 0.0 &&
-                      c.rope_high_freq_factor > c.rope_low_freq_factor,
-                  what << ": expected factor > 0 and 0 < low_freq_factor < high_freq_factor, found " << c.rope_factor
-                       << ", " << c.rope_low_freq_factor << " and " << c.rope_high_freq_factor);
-    }
+  // transformers 5 keeps theta and the scaling together in rope_parameters; earlier versions write
+  // rope_theta and rope_scaling.
+  c.rope_theta = f.number("rope_theta", 10000.0);
+  if (const nlohmann::json* p = f.find("rope_parameters")) {
+    parse_rope_scaling(*p, c, where + " rope_parameters");
+    c.rope_theta = Fields(*p, where + " rope_parameters").number("rope_theta", c.rope_theta);
+  } else if (const nlohmann::json* s = f.find("rope_scaling")) {
+    parse_rope_scaling(*s, c, where + " rope_scaling");
   }
 }
 
@@ -239,15 +253,23 @@ nlohmann::json hf_config_json(const HfModelConfig& c) {
     j["intermediate_size"] = c.intermediate;
     j["max_position_embeddings"] = c.max_positions;
     j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
+    nlohmann::json scaling = nullptr;
     if (c.rope_factor > 0.0)
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", c.rope_factor},
-                           {"low_freq_factor", c.rope_low_freq_factor},
-                           {"high_freq_factor", c.rope_high_freq_factor},
-                           {"original_max_position_embeddings", c.rope_original_max_positions}};
-    else
-      j["rope_scaling"] = nullptr;
+      scaling = {{"rope_type", "llama3"},
+                 {"factor", c.rope_factor},
+                 {"low_freq_factor", c.rope_low_freq_factor},
+                 {"high_freq_factor", c.rope_high_freq_factor},
+                 {"original_max_position_embeddings", c.rope_original_max_positions}};
+    if (j.contains("rope_parameters")) {  // transformers 5's form, kept
+      nlohmann::json parameters = scaling.is_null() ? nlohmann::json{{"rope_type", "default"}} : scaling;
+      parameters["rope_theta"] = c.rope_theta;
+      j["rope_parameters"] = parameters;
+      if (j.contains("rope_theta")) j["rope_theta"] = c.rope_theta;
+      if (j.contains("rope_scaling")) j["rope_scaling"] = scaling;
+    } else {  // the form every version reads
+      j["rope_theta"] = c.rope_theta;
+      j["rope_scaling"] = scaling;
+    }
     j["hidden_act"] = "silu";
     j["attention_bias"] = false;
     j["mlp_bias"] = false;

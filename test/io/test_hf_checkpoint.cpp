@@ -408,6 +408,27 @@ TEST(HfConfig, ReleasedConfigs) {
   EXPECT_EQ(back["bos_token_id"], 128000);
   EXPECT_EQ(back["num_key_value_heads"], 8);
   EXPECT_EQ(bmt::io::parse_hf_config(back, "again").rope_factor, 32.0);
+  // transformers 5 keeps rope_theta and the scaling in rope_parameters; an export keeps that form.
+  Json v5 = Json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "tie_word_embeddings": true,
+    "dtype": "bfloat16"})");
+  const auto five = bmt::io::parse_hf_config(v5, "v5");
+  EXPECT_DOUBLE_EQ(five.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(five.rope_factor, 32.0);
+  EXPECT_EQ(five.rope_original_max_positions, 8192);
+  EXPECT_EQ(five.dtype, DType::bf16);
+  const Json five_back = bmt::io::hf_config_json(five);
+  EXPECT_EQ(five_back["rope_parameters"]["rope_theta"], 500000.0);
+  EXPECT_EQ(five_back["rope_parameters"]["rope_type"], "llama3");
+  EXPECT_FALSE(five_back.contains("rope_scaling"));
+  EXPECT_EQ(five_back["dtype"], "bfloat16");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  const auto plain = bmt::io::parse_hf_config(v5, "v5 default");
+  EXPECT_DOUBLE_EQ(plain.rope_theta, 10000.0);
+  EXPECT_EQ(plain.rope_factor, 0.0);
 }
 
 TEST(HfConfig, WhatBmtrainDoesNotComputeIsAnError) {
@@ -426,6 +447,10 @@ TEST(HfConfig, WhatBmtrainDoesNotComputeIsAnError) {
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   fails(j, "rope_scaling: expected rope_type llama3 or default, found 'yarn'");
   j = llama;
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 10000.0}};
+  fails(j, "rope_parameters: expected rope_type llama3 or default, found 'linear'");
+  j = llama;
   j["num_key_value_heads"] = 3;
   fails(j, "expected key/value heads dividing the 4 heads, found 3");
   j = llama;
@@ -433,7 +458,7 @@ TEST(HfConfig, WhatBmtrainDoesNotComputeIsAnError) {
   fails(j, "expected a positive integer 'hidden_size', found none");
   j = llama;
   j["vocab_size"] = "41";
-  fails(j, "expected a positive integer 'vocab_size', found \"41\"");
+  fails(j, "expected a positive integer 'vocab_size' of at most 2147483648, found \"41\"");
   j = llama;
   j["model_type"] = "mistral";
   fails(j, "expected model_type gpt2 or llama (GPT2LMHeadModel, LlamaForCausalLM), found 'mistral'");
