@@ -183,6 +183,9 @@ void Trainer::open_outputs() {
     // Each rank writes its own trace at the end; whether it can is known now.
     if (!o_.timeline.empty())
       check_output_file("--timeline", bmt::timeline::rank_path(o_.timeline, bmt::rank()), /*create_parents=*/true);
+    // The export is written at the end; whether its directory takes files is known now.
+    if (!o_.export_hf.empty() && bmt::rank() == 0)
+      check_output_file("--export-hf", o_.export_hf + "/config.json", /*create_parents=*/true);
     if (!o_.save.empty()) {
       checkpoints_.emplace(o_.save, o_.keep_last);
       if (bmt::rank() == 0) check_writable_root(o_.save);

@@ -89,6 +89,9 @@ cp -r "$work/gpt2-sharded" "$work/lost-shard"
 rm "$work/lost-shard/model-00002-of-"*.safetensors
 expect_usage_error "a missing shard" "model-00002-of-[0-9]*.safetensors': cannot open" --init-from "$work/lost-shard" "${ev[@]}"
 expect_usage_error "evaluation without data" "--eval-only: expected --val-data" --init-from "$work/llama-hf" --eval-only
+touch "$work/a-file"
+expect_usage_error "an export where no directory can be" "--export-hf: cannot write '$work/a-file/config.json'" \
+  --init-from "$work/llama-hf" "${common[@]}" --steps 1 --export-hf "$work/a-file"
 expect_usage_error "evaluation that saves" "--eval-only: expected nothing saved, found --export-hf" \
   --init-from "$work/llama-hf" "${ev[@]}" --export-hf "$work/x"
 
