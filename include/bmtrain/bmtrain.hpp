@@ -13,6 +13,7 @@
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/optim/adamw.hpp"
 #include "bmtrain/optim/lr_scheduler.hpp"
+#include "bmtrain/optim/memory_estimate.hpp"
 #include "bmtrain/optim/optim_manager.hpp"
 #include "bmtrain/optim/sgd.hpp"
 #include "bmtrain/runtime/communicator.hpp"

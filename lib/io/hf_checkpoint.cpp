@@ -13,6 +13,7 @@
 #include "bmtrain/io/collective_status.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
+#include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/memory.hpp"
@@ -209,9 +210,11 @@ void write_slice(SafetensorsWriter& w, const std::string& hub, const ShardedStor
   }
 }
 
+// This rank's values in the parameters' dtype (rounded where the storage holds them in f32).
 std::vector<char> shard_to_host(const ShardedStorage& s) {
-  std::vector<char> host(s.shard().nbytes());
-  memory::copy_to_host(host.data(), s.shard().data(), host.size());
+  const Tensor values = s.values();
+  std::vector<char> host(values.nbytes());
+  memory::copy_to_host(host.data(), values.data(), host.size());
   return host;
 }
 
@@ -326,7 +329,8 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     }
   });
   agree_on_errors(io_comm(MPI_COMM_NULL), error.empty() ? "" : where + ": " + error);
-  for (auto& [s, buffer] : host) memory::copy_from_host(s->shard().data(), buffer.data(), buffer.size());
+  // Read in the parameters' dtype, then widened where the values are held in f32.
+  for (auto& [s, buffer] : host) copy_into(s->shard(), Tensor::from_host(buffer.data(), {s->shard_size()}, s->dtype()));
 }
 
 void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,

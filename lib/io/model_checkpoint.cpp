@@ -12,9 +12,11 @@ namespace bmt {
 
 namespace {
 
+// This rank's values in the parameters' dtype (rounded where the storage holds them in f32).
 std::vector<char> shard_bytes(const ShardedStorage& s) {
-  std::vector<char> host(s.shard().nbytes());
-  memory::copy_to_host(host.data(), s.shard().data(), host.size());
+  const Tensor values = s.values();
+  std::vector<char> host(values.nbytes());
+  memory::copy_to_host(host.data(), values.data(), host.size());
   return host;
 }
 
@@ -79,7 +81,8 @@ LoadReport load(Module& model, const std::string& path, bool strict, io::Roundin
         reader.read(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
                     s->dtype(), host.data() + slice.shard_offset * es, rounding);
     }
-    memory::copy_from_host(s->shard().data(), host.data(), host.size());
+    // Read in the parameters' dtype (rounded as asked), then widened where the values are held in f32.
+    copy_into(s->shard(), Tensor::from_host(host.data(), {s->shard_size()}, s->dtype()));
   }
   return report;
 }

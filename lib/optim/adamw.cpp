@@ -21,12 +21,9 @@ struct AdamWStep {
   const float* device_scale;  // when set, the scale is read there (GradScale); negative: no update
 };
 
-// One fused pass over [begin, end) of a shard. P is the parameter storage type; `master` aliases
-// the parameter shard when P is float.
-template <class P>
-void adamw_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  std::int64_t begin, std::int64_t end, AdamWStep h) {
-  auto p = view1<P>(param, "AdamW");
+// One fused pass over [begin, end) of a shard that holds its values in f32 (the master weights).
+void adamw_kernel(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v, std::int64_t begin,
+                  std::int64_t end, AdamWStep h) {
   auto w = view1<float>(master, "AdamW");
   auto g = view1<float>(grad, "AdamW");
   auto mv = view1<float>(m, "AdamW");
@@ -41,9 +38,7 @@ void adamw_kernel(const Tensor& param, const Tensor& master, const Tensor& grad,
         mv(i) = mi;
         vv(i) = vi;
         const float update = (mi / h.bias1) / (kmath::sqrt(vi / h.bias2) + h.eps);
-        const float wi = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * update;
-        w(i) = wi;
-        p(i) = from_f32<P>(wi);
+        w(i) = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * update;
       });
 }
 
@@ -68,7 +63,7 @@ AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(o
       st.param_stage = std::make_unique<memory::PinnedBuffer>(s.shard().nbytes());
       continue;
     }
-    if (s.dtype() != DType::f32) st.master = cast(s.shard(), DType::f32);
+    s.hold_values_in_f32();  // the shard is the master weights; gathers round them
     st.exp_avg = Tensor::zeros({n}, DType::f32);
     st.exp_avg_sq = Tensor::zeros({n}, DType::f32);
   }
@@ -85,31 +80,24 @@ void AdamW::step(float lr, const GradScale& scale) {
     return step_offloaded(lr, value, bias1, bias2);
   }
   for (ShardedStorage* s : storages_) s->settle();
-  // Every range of every shard, grouped by parameter dtype, goes to the backend's multi-tensor
-  // update (a few launches per step on CUDA, where one launch per range would be hundreds); a
-  // backend that declines gets the portable per-range kernel.
+  // Every range of every shard goes to the backend's multi-tensor update (a few launches per step
+  // on CUDA, where one launch per range would be hundreds); a backend that declines gets the
+  // portable per-range kernel. Every shard holds its values in f32: they are the master weights.
   const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
   const fused::AdamWScalars scalars{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
                                     device_scale};
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    std::vector<fused::AdamWRange> group;
-    std::vector<std::size_t> members;
-    for (std::size_t k = 0; k < storages_.size(); ++k) {
-      ShardedStorage& s = *storages_[k];
-      if (s.dtype() != dtype) continue;
-      members.push_back(k);
-      State& st = state_[k];
-      const Tensor& master = st.master.defined() ? st.master : s.shard();
-      const std::size_t param_size = dtype_size(dtype);
-      for (const auto& r : ranges(k))
-        group.push_back({static_cast<char*>(s.shard().data()) + r.begin * param_size,
-                         master.data_as<float>() + r.begin, s.grad_shard().data_as<float>() + r.begin,
-                         st.exp_avg.data_as<float>() + r.begin, st.exp_avg_sq.data_as<float>() + r.begin,
-                         r.end - r.begin, r.weight_decay});
-    }
-    if (members.empty() || fused::adamw_step(dtype, group, scalars)) continue;
-    for (std::size_t k : members) step_device(k, lr, scale, bias1, bias2);
+  std::vector<fused::AdamWRange> group;
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    ShardedStorage& s = *storages_[k];
+    State& st = state_[k];
+    float* master = s.shard().data_as<float>();
+    for (const auto& r : ranges(k))
+      group.push_back({master + r.begin, master + r.begin, s.grad_shard().data_as<float>() + r.begin,
+                       st.exp_avg.data_as<float>() + r.begin, st.exp_avg_sq.data_as<float>() + r.begin,
+                       r.end - r.begin, r.weight_decay});
   }
+  if (fused::adamw_step(DType::f32, group, scalars)) return;
+  for (std::size_t k = 0; k < storages_.size(); ++k) step_device(k, lr, scale, bias1, bias2);
 }
 
 void AdamW::step_offloaded(float lr, float grad_scale, float bias1, float bias2) {
@@ -138,14 +126,11 @@ void AdamW::step_offloaded(float lr, float grad_scale, float bias1, float bias2)
 void AdamW::step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2) {
   ShardedStorage& s = *storages_[k];
   State& st = state_[k];
-  const Tensor& master = st.master.defined() ? st.master : s.shard();
   const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
   for (const auto& r : ranges(k)) {
     const AdamWStep h{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, r.weight_decay, bias1,
                       bias2, device_scale};
-    BMT_DISPATCH_FLOAT(s.dtype(), "AdamW", P, {
-      adamw_kernel<P>(s.shard(), master, s.grad_shard(), st.exp_avg, st.exp_avg_sq, r.begin, r.end, h);
-    });
+    adamw_kernel(s.shard(), s.grad_shard(), st.exp_avg, st.exp_avg_sq, r.begin, r.end, h);
   }
 }
 
@@ -187,7 +172,7 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state_of(const ShardedStorage
             {"exp_avg", Tensor::from_floats(st.host_m, shape)},
             {"exp_avg_sq", Tensor::from_floats(st.host_v, shape)}};
   }
-  return {{"master", st.master.defined() ? st.master : s.shard()}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
+  return {{"master", s.shard()}, {"exp_avg", st.exp_avg}, {"exp_avg_sq", st.exp_avg_sq}};
 }
 
 void AdamW::load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) {

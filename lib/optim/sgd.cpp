@@ -15,10 +15,9 @@ struct SGDStep {
   const float* device_scale;  // when set, the scale is read there (GradScale); negative: no update
 };
 
-template <class P>
-void sgd_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& buf, std::int64_t begin,
-                std::int64_t end, SGDStep h) {
-  auto p = view1<P>(param, "SGD");
+// The f32 values (the storage holds them in f32: they are the master weights) updated in place.
+void sgd_kernel(const Tensor& master, const Tensor& grad, const Tensor& buf, std::int64_t begin, std::int64_t end,
+                SGDStep h) {
   auto w = view1<float>(master, "SGD");
   auto g = view1<float>(grad, "SGD");
   auto b = view1<float>(buf, "SGD");
@@ -30,9 +29,7 @@ void sgd_kernel(const Tensor& param, const Tensor& master, const Tensor& grad, c
         const float bi = h.momentum * b(i) + gi;
         b(i) = bi;
         const float d = h.nesterov ? gi + h.momentum * bi : bi;
-        const float wi = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * d;
-        w(i) = wi;
-        p(i) = from_f32<P>(wi);
+        w(i) = w(i) * (1.0f - h.lr * h.weight_decay) - h.lr * d;
       });
 }
 
@@ -42,7 +39,7 @@ SGD::SGD(Module& model, SGDOptions options) : Optimizer(model), options_(options
   BMT_REQUIRE(options.momentum >= 0, "SGD: expected momentum >= 0, found " << options.momentum);
   plan_ranges(options.weight_decay, options.decay);
   for (auto* s : storages_) {
-    master_.push_back(s->dtype() == DType::f32 ? Tensor() : cast(s->shard(), DType::f32));
+    s->hold_values_in_f32();  // the shard is the master weights; gathers round them
     momentum_.push_back(Tensor::zeros({s->shard_size()}, DType::f32));
   }
 }
@@ -53,18 +50,16 @@ void SGD::step(float lr, const GradScale& scale) {
   for (std::size_t k = 0; k < storages_.size(); ++k) {
     ShardedStorage& s = *storages_[k];
     s.settle();
-    const Tensor& master = master_[k].defined() ? master_[k] : s.shard();
     for (const auto& r : ranges(k)) {
       const SGDStep h{lr, scale.value, options_.momentum, r.weight_decay, options_.nesterov, device_scale};
-      BMT_DISPATCH_FLOAT(s.dtype(), "SGD", P,
-                         { sgd_kernel<P>(s.shard(), master, s.grad_shard(), momentum_[k], r.begin, r.end, h); });
+      sgd_kernel(s.shard(), s.grad_shard(), momentum_[k], r.begin, r.end, h);
     }
   }
 }
 
 std::vector<std::pair<std::string, Tensor>> SGD::state_of(const ShardedStorage& s) const {
   const std::size_t k = index_of(s);
-  return {{"master", master_[k].defined() ? master_[k] : s.shard()}, {"momentum", momentum_[k]}};
+  return {{"master", s.shard()}, {"momentum", momentum_[k]}};
 }
 
 }  // namespace bmt::optim

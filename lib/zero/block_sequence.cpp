@@ -157,6 +157,11 @@ class BlockSequence final : public autograd::Function {
     auto need_gather = [&](std::size_t b) { return !blocks_kept(b); };
     for (std::size_t p = 0; p < std::min(n, static_cast<std::size_t>(depth_) + 1); ++p)
       if (need_gather(n - 1 - p)) gathered[n - 1 - p] = gather(n - 1 - p, p);
+    // A block's storage hears that its gradient is complete once the next block's backward is
+    // queued too: a fold of accumulated micro-batches it may then queue on the compute stream waits
+    // for a reduction that ran beside that backward, not for the one just issued. At one rank
+    // nothing is reduced, and the storage hears it at once.
+    ShardedStorage* completing = nullptr;
 
     for (std::size_t p = 0; p < n; ++p) {
       const std::size_t i = n - 1 - p;
@@ -236,9 +241,15 @@ class BlockSequence final : public autograd::Function {
         grad_slot->free = storage.reduce_gradient(grad_slot->buffer, ctx.scatter_comm(), ctx.scatter_stream(),
                                                   grads_ready);
       }
+      if (completing) completing->gradient_complete();
+      completing = nullptr;
+      if (storage.has_trainable() && storage.whole()) storage.gradient_complete();
+      else if (storage.has_trainable()) completing = &storage;
       const std::size_t ahead = p + depth_ + 1;
       if (ahead < n && need_gather(n - 1 - ahead)) gathered[n - 1 - ahead] = gather(n - 1 - ahead, ahead);
     }
+
+    if (completing) completing->gradient_complete();
 
     // Gradients of the sequence's inputs: hidden states of block 0, then the extra tensors.
     std::vector<Tensor> input_grads(inputs_.size());
@@ -280,21 +291,22 @@ class BlockSequence final : public autograd::Function {
     std::size_t bytes = 0;
     std::int64_t grad = 0;
     for (auto* b : blocks_) {
-      if (b->storage().whole()) continue;  // gathered and reduced in place
-      bytes = std::max(bytes, gather_bytes(b->storage()));
-      if (b->storage().has_trainable()) grad = std::max(grad, b->storage().total());
+      // One rank reduces nothing, and gathers nothing where the shard is the gathered values.
+      if (!b->storage().shard_is_gathered()) bytes = std::max(bytes, gather_bytes(b->storage()));
+      if (!b->storage().whole() && b->storage().has_trainable()) grad = std::max(grad, b->storage().total());
     }
     if (bytes > 0) gather_ring().reserve(slots, static_cast<std::int64_t>(bytes));
     if (grad > 0) gradient_ring().reserve(2, grad);
   }
 
   // Issues the all-gather of block b's parameters, as the k-th gather of this pass. At one rank the
-  // shard is the gathered buffer, and nothing is copied.
+  // shard is the gathered buffer where it holds the values in the parameters' dtype, and nothing is
+  // copied; values held in f32 are rounded into a buffer as by a gather.
   Gathered gather(std::size_t b, std::size_t k) {
     Context& ctx = context();
     ShardedStorage& storage = blocks_[b]->storage();
     Gathered g;
-    if (storage.whole()) {
+    if (storage.shard_is_gathered()) {
       g.buffer = storage.shard();
       return g;
     }

@@ -1,7 +1,8 @@
 // DistributedParameter::gather(): the full value of a parameter outside CheckpointBlocks, as a
 // differentiable op: forward all-gathers the shard, backward reduce-scatters the gradient into
 // the shard's gradient. Both run on the compute stream's communicator: the value is needed at once.
-// At one rank the shard is the value, and the gradient goes into the gradient shard.
+// At one rank the shard is the value (or, held in f32, is rounded to it), and the gradient goes
+// into the gradient shard.
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/nn/parameter.hpp"
@@ -21,7 +22,8 @@ class GatherParameter final : public autograd::Function {
 
   std::vector<Tensor> forward(const std::vector<Tensor>&) override {
     const auto& e = entry();
-    if (storage_.whole()) return {storage_.shard().slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
+    if (storage_.shard_is_gathered())
+      return {storage_.shard().slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
     Context& ctx = context();
     Tensor full = Tensor::empty({storage_.total()}, storage_.dtype());
     storage_.all_gather_into(full, ctx.world_comm(), ctx.compute_stream());

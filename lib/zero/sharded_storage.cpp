@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/common.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/nn/parameter.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -25,6 +26,14 @@ TensorImpl view_impl(const Tensor& base, DType dtype, std::int64_t offset, const
   for (std::size_t i = shape.size(); i-- > 1;) impl.strides[i - 1] = impl.strides[i] * shape[i];
   impl.dtype = dtype;
   return impl;
+}
+
+// Rounds `n` f32 values to P on `space` (a stream's execution space).
+template <class P>
+void round_values(const Kokkos::DefaultExecutionSpace& space, const float* src, P* dst, std::int64_t n) {
+  Kokkos::parallel_for(
+      "bmt::round_values", Kokkos::RangePolicy<kernels::ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(std::int64_t i) { dst[i] = kernels::from_f32<P>(src[i]); });
 }
 
 }  // namespace
@@ -73,8 +82,9 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
 }
 
 ShardedStorage::~ShardedStorage() {
-  // Settle outstanding work before the buffers it writes go away.
-  if (!reduced_.query()) reduced_.synchronize();
+  // Settle outstanding work before the buffers it writes or reads go away.
+  for (const Event* e : {&reduced_, &values_written_, &gradient_read_})
+    if (!e->query()) e->synchronize();
   for (auto& e : entries_) {
     if (e.parameter.impl()->param->sharded == this) e.parameter.impl()->param->sharded = nullptr;
     e.parameter.impl()->storage.reset();
@@ -99,13 +109,42 @@ ShardedStorage::Slice ShardedStorage::local_slice(const Entry& e) const {
   return {lo - shard_begin(), lo - e.offset, hi - lo};
 }
 
+const Tensor& ShardedStorage::shard() const {
+  if (is_initialized()) context().compute_stream().wait(values_written_);
+  return shard_;
+}
+
+Tensor ShardedStorage::values() const {
+  return shard().dtype() == dtype_ ? shard_ : cast(shard_, dtype_);
+}
+
+void ShardedStorage::hold_values_in_f32() {
+  if (shard_.dtype() == DType::f32) return;
+  BMT_REQUIRE(!bound_, "ShardedStorage '" << name_ << "': expected its parameters unbound to change how the values "
+                                                      "are held, found them bound");
+  shard_ = cast(shard(), DType::f32);
+}
+
+void ShardedStorage::values_written(const Event& done) { values_written_ = done; }
+
+void ShardedStorage::gradient_read(const Event& done) { gradient_read_ = done; }
+
 const Tensor& ShardedStorage::grad_shard_holder() {
   if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_size_}, DType::f32);
   return grad_shard_;
 }
 
-const Tensor& ShardedStorage::grad_shard() {
+const Tensor& ShardedStorage::writable_grad_shard() {
   const Tensor& g = grad_shard_holder();
+  context().compute_stream().wait(gradient_read_);
+  return g;
+}
+
+const Tensor& ShardedStorage::grad_shard() {
+  const bool unwritten =
+      std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.grad_unwritten; });
+  if (!grad_stale_ && !unwritten) return grad_shard_holder();
+  const Tensor& g = writable_grad_shard();
   if (grad_stale_) {
     g.zero_();
     grad_stale_ = false;
@@ -133,7 +172,8 @@ void ShardedStorage::bind_own_grads() {
   BMT_REQUIRE(whole(), "ShardedStorage '" << name_ << "': gradients go straight into the shard only at one rank, "
                                                      "found a world of " << world_size_);
   grad_dirty_ = true;
-  const Tensor& g = grad_shard_holder();
+  ++gradient_version_;
+  const Tensor& g = writable_grad_shard();
   for (auto& e : entries_) {
     if (!e.trainable) continue;
     auto& impl = *e.parameter.impl();
@@ -149,8 +189,9 @@ void ShardedStorage::accumulate_grad(std::size_t index, const Tensor& grad) {
   BMT_REQUIRE(index < entries_.size(), "ShardedStorage '" << name_ << "': expected an entry index below "
                                                           << entries_.size() << ", found " << index);
   grad_dirty_ = true;
+  ++gradient_version_;
   Entry& e = entries_[index];
-  const Tensor part = grad_part(grad_shard_holder(), e);
+  const Tensor part = grad_part(writable_grad_shard(), e);
   if (e.grad_unwritten) copy_into(part, grad);
   else add_(part, grad);
   e.grad_unwritten = false;
@@ -160,8 +201,24 @@ void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Str
   BMT_REQUIRE(full.nbytes() >= static_cast<std::size_t>(total_) * dtype_size(dtype_),
               "ShardedStorage '" << name_ << "': expected a gather buffer of " << total_ * dtype_size(dtype_)
                                  << " bytes, found " << full.nbytes());
+  stream.wait(values_written_);
   timeline::Span span(stream, "gather", name_);
-  comm.all_gather(shard_.data(), full.data(), static_cast<std::size_t>(shard_size_), dtype_, stream);
+  const auto count = static_cast<std::size_t>(shard_size_);
+  if (shard_.dtype() == dtype_) {
+    comm.all_gather(shard_.data(), full.data(), count, dtype_, stream);
+    return;
+  }
+  // Values held in f32: rounded into this rank's part of the gathered buffer as the gather packs
+  // them (on the gather's own stream), then gathered in place.
+  char* mine = static_cast<char*>(full.data()) + static_cast<std::size_t>(shard_begin()) * dtype_size(dtype_);
+  const float* src = shard_.data_as<float>();
+  const std::int64_t n = shard_size_;
+  const DType to = dtype_;
+  Stream* on = &stream;
+  stream.launch([on, src, mine, n, to] {
+    BMT_DISPATCH_FLOAT(to, "gather", P, { round_values<P>(on->space(), src, reinterpret_cast<P*>(mine), n); });
+  });
+  if (world_size_ > 1) comm.all_gather(mine, full.data(), count, dtype_, stream);
 }
 
 void ShardedStorage::bind(const Tensor& full) {
@@ -214,7 +271,8 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
   // settle()'s add that still reads `incoming_`, a fresh allocation whose memory the compute stream
   // may still be using) must finish before the reduce-scatter writes the target.
   bool compute_first = !grad_shard_.defined();
-  grad_shard_holder();
+  writable_grad_shard();  // zeros may be written to it on the compute stream here
+  ++gradient_version_;
   if (incoming_pending_ || (grad_dirty_ && !reduced_.query())) {
     settle();
     compute_first = true;
@@ -234,6 +292,7 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
     incoming_pending_ = true;
   }
   stream.wait(ready);
+  stream.wait(gradient_read_);
   if (compute_first) stream.wait(context().compute_stream().record());
   {
     timeline::Span span(stream, "reduce-scatter", name_);
@@ -253,18 +312,19 @@ void ShardedStorage::settle() {
   context().compute_stream().wait(reduced_);
   reducing_ = Tensor();
   if (incoming_pending_) {
-    add_(grad_shard_, incoming_);
+    add_(writable_grad_shard(), incoming_);
     incoming_pending_ = false;
   }
 }
 
 void ShardedStorage::zero_grad() {
   settle();
+  ++gradient_version_;
   // No zeros written: at one rank the backward writes the first gradients over the shard's parts,
   // across ranks the first reduction overwrites all of it; grad_shard() zeroes what neither reached.
   if (grad_shard_.defined()) {
     if (whole() && padding_written_) {  // a reduction wrote between the parts: zero it all
-      grad_shard_.zero_();
+      writable_grad_shard().zero_();
       for (auto& e : entries_) e.grad_unwritten = false;
       padding_written_ = false;
     } else if (whole()) {
@@ -274,6 +334,20 @@ void ShardedStorage::zero_grad() {
     }
   }
   grad_dirty_ = false;
+}
+
+void ShardedStorage::gradient_complete() {
+  if (listener_) listener_(*this);
+}
+
+Event ShardedStorage::gradient_ready() {
+  Stream& compute = context().compute_stream();
+  const bool reduced_only = !whole() && grad_dirty_ && !incoming_pending_ && !grad_stale_ &&
+                            std::none_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.grad_unwritten; });
+  if (reduced_only) return reduced_;  // nothing to fold in or zero: the reduction's own event
+  grad_shard();  // zeros where no gradient came
+  settle();      // an accumulated reduction folded in
+  return compute.record();
 }
 
 }  // namespace bmt

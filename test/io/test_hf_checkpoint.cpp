@@ -91,10 +91,8 @@ struct Model : bmt::DistributedModule {
 std::map<std::string, std::vector<float>> gathered(bmt::Module& model) {
   std::map<std::string, std::vector<float>> out;
   for (auto* s : bmt::sharded_storages(model)) {
-    bmt::Tensor full = bmt::Tensor::empty({s->shard().numel() * bmt::world_size()}, s->dtype());
-    bmt::context().world_comm().all_gather(s->shard().data(), full.data(), static_cast<std::size_t>(s->shard().numel()),
-                                           s->dtype(), bmt::context().compute_stream());
-    bmt::context().compute_stream().synchronize();
+    bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
+    s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
     const auto v = full.to_host_floats();
     for (const auto& e : s->entries())
       out[e.name.substr(2)] = std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel);
@@ -183,13 +181,18 @@ TEST(HfCheckpoint, LoadsLlamaWithGroupedQueryAttention) {
 
 // Load, export, and compare: each exported tensor holds the bytes the original file held (same
 // dtype), the files are transformers' (names, index, metadata, config), and the export loads back.
-void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_shard_bytes, bool sharded) {
+// With `values_in_f32` the model holds its values in f32 as under an optimizer (AdamW's master
+// weights) while it loads and exports.
+void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_shard_bytes, bool sharded,
+                      bool values_in_f32 = false) {
   SharedTempDir tmp;
   const std::string in = tmp / "in", out = tmp / "out";
   write_checkpoint(in, base, {dtype, 2});
   const HfModelConfig c = parsed(in);
   Model model(c, dtype);
   bmt::init_parameters(model);
+  if (values_in_f32)
+    for (auto* s : bmt::sharded_storages(model)) s->hold_values_in_f32();
   bmt::io::load_hf_checkpoint(model, in, c, mapping(c));
   // A stale single file from an earlier export must not survive a sharded one (and vice versa).
   if (bmt::rank() == 0) {
@@ -261,6 +264,7 @@ void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_
 TEST(HfCheckpoint, ExportThenImportGivesTheSameBytes) {
   check_round_trip(gpt2_config(), DType::f32, 5'000'000'000, false);
   check_round_trip(gpt2_config(), DType::bf16, 2000, true);
+  check_round_trip(gpt2_config(), DType::bf16, 2000, true, /*values_in_f32=*/true);
   check_round_trip(llama_config(false), DType::bf16, 5'000'000'000, false);
   check_round_trip(llama_config(true), DType::f32, 3000, true);
 }

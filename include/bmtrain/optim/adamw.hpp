@@ -1,6 +1,8 @@
 #pragma once
 // AdamW (decoupled weight decay) as one fused kernel per range of each shard: reads the f32
-// gradient, updates f32 moments and master weights, writes the compute-dtype parameter shard.
+// gradient, updates f32 moments and master weights. The storages hold their values in f32
+// (ShardedStorage::hold_values_in_f32): the master weights are the shard, and gathers round them to
+// the parameters' dtype, so a parameter costs 16 bytes (4 master, 4 gradient, 8 moments) / N.
 // With `offload`, master weights and moments live in host memory and the update runs on the host
 // (the device then holds only the compute-dtype shard and the gradient shard).
 #include <memory>
@@ -34,7 +36,6 @@ class AdamW final : public Optimizer {
 
  private:
   struct State {
-    Tensor master;  // f32; undefined when the parameters are f32 (the shard is the master)
     Tensor exp_avg, exp_avg_sq;
     // Offloaded: the state in host memory, and pinned staging buffers for the gradient shard
     // coming in and the compute-dtype parameter shard going out.

@@ -1,5 +1,7 @@
 #pragma once
-// SGD with momentum (and optional Nesterov, decoupled weight decay), sharded like AdamW.
+// SGD with momentum (and optional Nesterov, decoupled weight decay), sharded like AdamW: the
+// storages hold their values in f32 (ShardedStorage::hold_values_in_f32), which are the master
+// weights, and an f32 momentum.
 #include "bmtrain/optim/optimizer.hpp"
 
 namespace bmt::optim {
@@ -23,7 +25,7 @@ class SGD final : public Optimizer {
 
  private:
   SGDOptions options_;
-  std::vector<Tensor> master_, momentum_;
+  std::vector<Tensor> momentum_;
 };
 
 }  // namespace bmt::optim

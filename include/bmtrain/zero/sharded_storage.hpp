@@ -3,8 +3,10 @@
 // parameter outside blocks). The parameters are packed into one flat buffer, each at an offset
 // aligned to kAllocationAlignment bytes, the total padded to a multiple of the world size; rank r
 // owns the contiguous slice [r*S, (r+1)*S). The rank keeps only that slice of the values (in the
-// parameters' dtype) and of the gradient (in f32); full values exist only while gathered.
+// parameters' dtype, or in f32 once an optimizer's master weights serve as the values) and of the
+// gradient (in f32); full values exist only while gathered.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +40,10 @@ class ShardedStorage {
   ShardedStorage& operator=(const ShardedStorage&) = delete;
 
   const std::string& name() const { return name_; }
+  // The parameters' dtype: what a gather delivers and what the model computes in.
   DType dtype() const { return dtype_; }
+  // The shard's dtype: dtype(), or f32 once the values are held in f32 (hold_values_in_f32).
+  DType shard_dtype() const { return shard_.dtype(); }
   std::int64_t total() const { return total_; }       // padded flat size, world_size * shard_size
   std::int64_t shard_size() const { return shard_size_; }
   std::int64_t shard_begin() const { return rank_ * shard_size_; }
@@ -46,16 +51,28 @@ class ShardedStorage {
   const std::vector<Entry>& entries() const { return entries_; }
   bool has_trainable() const;
 
-  // This rank's values (dtype(), shard_size()) and f32 gradient (shard_size(), zero after zero_grad).
-  // zero_grad writes no zeros: the step's first gradients are written over the shard (or the first
-  // reduction lands in it), and what none reached is zeroed here, when the shard is read.
-  const Tensor& shard() const { return shard_; }
+  // This rank's values (shard_dtype(), shard_size()), ready for work queued on the compute stream
+  // (which waits for a write announced with values_written), and f32 gradient (shard_size(), zero
+  // after zero_grad). zero_grad writes no zeros: the step's first gradients are written over the
+  // shard (or the first reduction lands in it), and what none reached is zeroed here, when read.
+  const Tensor& shard() const;
   const Tensor& grad_shard();
+  // This rank's values in dtype(): the shard itself, or the f32 values rounded (a new tensor).
+  Tensor values() const;
 
-  // One rank holds every parameter (a world of one): the shard is the whole flat buffer, usable
-  // as the gathered values as it is, and a backward can put its gradients straight into the
-  // gradient shard (bind_own_grads, accumulate_grad) with nothing to reduce.
+  // Holds this rank's values in f32 from now on, widened exactly from the shard: an optimizer's
+  // f32 master weights then are the shard, and a gather rounds them to dtype() into its own buffer
+  // (no copy of the values in dtype() is kept: 2 bytes a parameter fewer for bf16/f16). Nothing
+  // changes for f32 parameters or when the values are held so already.
+  void hold_values_in_f32();
+
+  // One rank holds every parameter (a world of one): the shard is the whole flat buffer (usable as
+  // the gathered values as it is where held in dtype()), and a backward can put its gradients
+  // straight into the gradient shard (bind_own_grads, accumulate_grad) with nothing to reduce.
   bool whole() const { return world_size_ == 1; }
+  // The shard is the gathered values as it is: one rank, holding its values in dtype(). Otherwise
+  // a gather (all_gather_into) makes them, rounding from f32 where the values are held so.
+  bool shard_is_gathered() const { return whole() && shard_.dtype() == dtype_; }
   // For a whole storage: points every trainable parameter's .grad at its place in the gradient
   // shard, in place of a buffer to reduce (parts that hold no values since zero_grad are bound so,
   // to be written over). The shard holds gradients from then on, as after reduce_gradient.
@@ -64,7 +81,9 @@ class ShardedStorage {
   // when the part holds no values since zero_grad).
   void accumulate_grad(std::size_t index, const Tensor& grad);
 
-  // Gathers every rank's shard into `full` (total() elements of dtype()), queued on `stream`.
+  // Gathers every rank's shard into `full` (total() elements of dtype()), queued on `stream`. Values
+  // held in f32 are rounded to dtype() on `stream` into this rank's part of `full`, which is then
+  // gathered in place.
   void all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const;
   // Points every parameter at its place in `full` (gathered values) / back to nothing.
   void bind(const Tensor& full);
@@ -88,6 +107,29 @@ class ShardedStorage {
   void settle();
   void zero_grad();
 
+  // Work outside the compute stream's order that writes the shard (an offloaded optimizer's copy
+  // back from the host) ends at `done`: gathers and every later reader of shard() wait for it.
+  void values_written(const Event& done);
+  // Work outside the compute stream's order that reads the gradient shard (a copy to the host) ends
+  // at `done`: the next gradient written into the shard (a reduction, a backward) waits for it.
+  void gradient_read(const Event& done);
+
+  // Told when this storage has every gradient of a backward queued (gradient_complete()): an
+  // offloaded optimizer starts moving the gradient to the host then, while the backward goes on.
+  using GradientListener = std::function<void(ShardedStorage&)>;
+  void set_gradient_listener(GradientListener listener) { listener_ = std::move(listener); }
+  // Called by the block scheduler once this block's backward and reduction are queued (for one
+  // block at a time, one block later, so that folding an accumulated reduction in does not make the
+  // compute stream wait for it); tells the listener, if any.
+  void gradient_complete();
+  // An event after which grad_shard() holds the gradients queued so far in full: a reduction's
+  // own event where nothing is left to fold in, else the compute stream's after the fold (and the
+  // zeros for parts no gradient reached).
+  Event gradient_ready();
+  // Counts the changes to the gradient shard (a reduction, a backward writing it, zero_grad): a
+  // copy taken at one version is out of date at another.
+  std::uint64_t gradient_version() const { return gradient_version_; }
+
   // Elements [first, first+count) of entry `e` that lie in this rank's shard, as a view of `t`
   // (a shard-sized tensor) and the index of its first element within the parameter.
   struct Slice {
@@ -99,6 +141,8 @@ class ShardedStorage {
 
  private:
   const Tensor& grad_shard_holder();  // grad_shard_ as it is, allocated (zeros) on first use
+  // grad_shard_holder() for the compute stream to write: it waits for gradient_read() first.
+  const Tensor& writable_grad_shard();
   Tensor grad_part(const Tensor& full_grad, const Entry& e) const;
   bool zero_unwritten_parts();  // zeroes the gradient shard's unwritten parts; true if there were any
   std::string name_;
@@ -120,6 +164,10 @@ class ShardedStorage {
   Event reduced_;              // completion of the reduction in flight
   Tensor reducing_;            // its input, kept alive until then
   bool bound_ = false;
+  Event values_written_;       // values_written(): readers of the shard wait for it
+  Event gradient_read_;        // gradient_read(): writers of the gradient shard wait for it
+  GradientListener listener_;
+  std::uint64_t gradient_version_ = 0;
 };
 
 }  // namespace bmt

@@ -1,0 +1,43 @@
+#pragma once
+// What training costs a rank in memory before activations: the sharded state (each parameter's
+// values, gradient and AdamW state, by dtype and option), the buffers a block list gathers into and
+// reduces from, and, with AdamWOptions::offload, the state kept in host memory. One function, so
+// that a startup banner and a check that refuses what cannot fit say the same.
+//
+// Bytes a parameter costs, before dividing by the N ranks that share it:
+//   on the device                         f32 and bf16/f16 parameters alike
+//     AdamW                               16: 4 values (f32: they are the master weights) + 4 f32
+//                                         gradient + 4 + 4 moments
+//     AdamW offloaded                     2 + 4 (bf16/f16) or 4 + 4 (f32): values in the parameters'
+//                                         dtype + f32 gradient
+//     + accumulated micro-batches, N > 1  4: the reduction of a later micro-batch lands beside the sum
+//   on the host, AdamW offloaded          16: 4 master + 4 + 4 moments + 4 pinned exchange buffer (the
+//                                         gradient comes in, the updated values go out)
+#include <cstdint>
+
+#include "bmtrain/runtime/dtype.hpp"
+
+namespace bmt::optim {
+
+struct MemoryPlan {
+  std::int64_t parameters = 0;     // every parameter of the model
+  std::int64_t largest_block = 0;  // elements of the largest CheckpointBlock (ShardedStorage::total())
+  int world_size = 1;
+  DType dtype = DType::f32;        // the parameters' dtype
+  bool offload = false;            // AdamWOptions::offload
+  bool accumulates = false;        // several micro-batches summed before each step
+  int prefetch = 1;                // TransformerBlockList prefetch depth: prefetch + 1 gather slots
+  int kept_blocks = 0;             // blocks keeping their gathered parameters from forward to backward
+};
+
+struct MemoryEstimate {
+  double device_bytes_per_parameter = 0;  // the state's bytes a parameter, before dividing by N
+  double host_bytes_per_parameter = 0;
+  double device_state = 0;    // bytes per rank: parameters * device_bytes_per_parameter / N
+  double device_buffers = 0;  // bytes per rank: gather slots, kept gathered blocks, gradient slots
+  double host_state = 0;      // bytes per rank
+};
+
+MemoryEstimate estimate_memory(const MemoryPlan& plan);
+
+}  // namespace bmt::optim

@@ -1,0 +1,30 @@
+#include "bmtrain/optim/memory_estimate.hpp"
+
+#include "bmtrain/runtime/error.hpp"
+
+namespace bmt::optim {
+
+MemoryEstimate estimate_memory(const MemoryPlan& p) {
+  BMT_REQUIRE(p.world_size >= 1 && p.parameters >= 0 && p.largest_block >= 0 && p.prefetch >= 0 && p.kept_blocks >= 0,
+              "estimate_memory: expected a world size >= 1 and counts >= 0, found world size "
+                  << p.world_size << ", " << p.parameters << " parameters, largest block " << p.largest_block
+                  << ", prefetch " << p.prefetch << ", " << p.kept_blocks << " kept blocks");
+  const double compute_bytes = static_cast<double>(dtype_size(p.dtype));
+  const bool sharded = p.world_size > 1;
+  MemoryEstimate e;
+  // Where the optimizer is on the device the values are held in f32, as its master weights;
+  // offloaded, the device keeps them in the parameters' dtype and the master is on the host.
+  e.device_bytes_per_parameter = (p.offload ? compute_bytes + 4.0 : 16.0) + (p.accumulates && sharded ? 4.0 : 0.0);
+  e.host_bytes_per_parameter = p.offload ? 16.0 : 0.0;
+  const double n = static_cast<double>(p.parameters) / p.world_size;
+  e.device_state = e.device_bytes_per_parameter * n;
+  e.host_state = e.host_bytes_per_parameter * n;
+  // A block is gathered into a buffer unless one rank holds it in the parameters' dtype already.
+  const bool gathers = sharded || (!p.offload && p.dtype != DType::f32);
+  const double block = static_cast<double>(p.largest_block);
+  if (gathers) e.device_buffers += block * compute_bytes * (p.prefetch + 1 + p.kept_blocks);
+  if (sharded) e.device_buffers += block * 4.0 * 2;  // the gradient ring's two f32 slots
+  return e;
+}
+
+}  // namespace bmt::optim
