@@ -77,14 +77,18 @@ void OptimManager::backward(const Tensor& loss) {
   BMT_REQUIRE(loss.defined() && loss.numel() == 1, "OptimManager::backward: expected a scalar loss, found shape "
                                                        << (loss.defined() ? to_string(loss.shape()) : "undefined"));
   settle();  // a deferred step's outcome may lower the loss scale this backward uses
+  const bool last = ++micro_batches_ >= options_.accumulation_steps;
+  for (auto& [o, s] : optimizers_) o->backward_begins(last);
   // Seeding backward with the factor scales every gradient without another op in the graph.
   const float factor = loss_scale_ / static_cast<float>(options_.accumulation_steps);
   autograd::backward({loss}, {full(loss.shape(), factor, loss.dtype())});
+  for (auto& [o, s] : optimizers_) o->backward_ends(last);
 }
 
 bool OptimManager::step() {
   BMT_REQUIRE(!optimizers_.empty(), "OptimManager::step: expected at least one optimizer (add_optimizer)");
   settle();
+  micro_batches_ = 0;
   timeline::Span span(context().compute_stream(), "optimizer step");
   std::vector<Optimizer*> opts;
   for (auto& [o, s] : optimizers_) opts.push_back(o);
@@ -187,6 +191,7 @@ std::int64_t OptimManager::skipped_steps() const {
 }
 
 void OptimManager::zero_grad() {
+  micro_batches_ = 0;
   for (auto& [o, s] : optimizers_) o->zero_grad();
 }
 

@@ -7,10 +7,12 @@
 // handle goes nobody can wait on that recording any more and the cudaEvent may be recorded again.
 // (A cudaStreamWaitEvent already issued captured the recording it waits for; re-recording later
 // does not change what it waits on.) Handles that outlive their stream destroy their event.
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "bmtrain/runtime/cuda_check.hpp"
+#include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/stream.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 
@@ -103,6 +105,19 @@ Stream::~Stream() {
 }
 
 void Stream::launch(std::function<void()> work) { work(); }
+
+void Stream::launch_host(std::function<void()> work) {
+  auto* fn = new std::function<void()>(std::move(work));
+  const cudaHostFn_t run = [](void* data) {
+    std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(data));
+    try {
+      (*f)();
+    } catch (const std::exception& e) {
+      BMT_FATAL("host work on a stream failed: " << e.what());
+    }
+  };
+  BMT_CUDA_CHECK(cudaLaunchHostFunc(impl_->stream, run, fn));
+}
 
 Event Stream::record() {
   auto impl = std::make_shared<Event::Impl>();

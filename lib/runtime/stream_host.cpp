@@ -103,6 +103,8 @@ void Stream::launch(std::function<void()> work) {
   impl_->cv.notify_all();
 }
 
+void Stream::launch_host(std::function<void()> work) { launch(std::move(work)); }
+
 Event Stream::record() {
   if (!impl_) return Event();
   auto state = std::make_shared<Event::Impl>();

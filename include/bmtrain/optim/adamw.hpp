@@ -3,22 +3,35 @@
 // gradient, updates f32 moments and master weights. The storages hold their values in f32
 // (ShardedStorage::hold_values_in_f32): the master weights are the shard, and gathers round them to
 // the parameters' dtype, so a parameter costs 16 bytes (4 master, 4 gradient, 8 moments) / N.
-// With `offload`, master weights and moments live in host memory and the update runs on the host
-// (the device then holds only the compute-dtype shard and the gradient shard).
+//
+// With `offload`, master weights and moments live in host memory and a pool of host threads updates
+// them, storage by storage as the gradients arrive (lib/optim/offloaded_adamw.hpp says how the
+// copies and updates overlap the step): the device holds only the values in the parameters' dtype
+// and the f32 gradient shard, 6 bytes a parameter for bf16 (/ N), and the host 16.
 #include <memory>
 
 #include "bmtrain/optim/optimizer.hpp"
-#include "bmtrain/runtime/stream.hpp"
-#include "bmtrain/tensor/memory.hpp"
 
 namespace bmt::optim {
+
+namespace detail {
+class OffloadedAdamW;
+}
 
 struct AdamWOptions {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.01f;
+  // Master weights and moments in host memory, updated there.
   bool offload = false;
+  // With offload: copy each update to the device during the next step's last backward, once that
+  // has read the old values, instead of before the next forward, so that the host update runs beside
+  // the whole next step. Each step's gradients are then computed at the values of one update before
+  // (ZeRO-Offload's delayed parameter update); flush() (and so a checkpoint) copies the last update.
+  bool delayed_update = false;
+  // With offload: host threads for the update; 0: bmt::host_threads() (this rank's share of cores).
+  int host_threads = 0;
   bool (*decay)(const std::string&, const Shape&) = decay_matrices;
   float lr = 1e-3f;  // the learning rate when no LRScheduler is given to OptimManager::add_optimizer
 };
@@ -26,29 +39,29 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(Module& model, AdamWOptions options = {});
+  ~AdamW() override;
   using Optimizer::step;
   void step(float lr, const GradScale& scale) override;
-  std::string name() const override { return options_.offload ? "AdamW (offloaded)" : "AdamW"; }
+  void backward_begins(bool last_micro_batch) override;
+  void backward_ends(bool last_micro_batch) override;
+  void flush() override;
+  std::string name() const override;
   float learning_rate() const override { return options_.lr; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;
   void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values) override;
   const AdamWOptions& options() const { return options_; }
+  // Offloaded: host memory the state takes (bytes) and the threads that update it; 0 otherwise.
+  std::size_t host_bytes() const;
+  int host_threads() const;
 
  private:
   struct State {
     Tensor exp_avg, exp_avg_sq;
-    // Offloaded: the state in host memory, and pinned staging buffers for the gradient shard
-    // coming in and the compute-dtype parameter shard going out.
-    std::vector<float> host_master, host_m, host_v;
-    std::unique_ptr<memory::PinnedBuffer> grad_stage, param_stage;
   };
   void step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2);
-  // Offloaded step: the gradient of storage k+1 is copied to the host while storage k updates.
-  void step_offloaded(float lr, float grad_scale, float bias1, float bias2);
-  void update_on_host(std::size_t k, float lr, float grad_scale, float bias1, float bias2);
   AdamWOptions options_;
   std::vector<State> state_;
-  std::unique_ptr<Stream> copy_stream_;  // host <-> device copies of the offloaded step
+  std::unique_ptr<detail::OffloadedAdamW> offloaded_;
 };
 
 }  // namespace bmt::optim

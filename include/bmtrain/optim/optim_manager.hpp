@@ -85,6 +85,7 @@ class OptimManager {
   int clean_steps_ = 0;
   float last_norm_ = 0.0f;
   float last_lr_ = 0.0f;
+  int micro_batches_ = 0;  // backward() calls since the last step() or zero_grad()
   std::int64_t skipped_ = 0;
   bool last_applied_ = true;
   // defer_norm_read: a step not yet settled. Its squared norm is copied to pinned host memory as

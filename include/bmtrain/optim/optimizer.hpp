@@ -45,6 +45,16 @@ class Optimizer {
   // "master" also rewrites the compute-dtype parameter shard from it.
   virtual void load_state(const ShardedStorage& s, const std::string& name, const std::vector<float>& values);
 
+  // OptimManager::backward says when a backward begins and ends, and whether it is the last
+  // micro-batch before step(): an optimizer that starts its update while the backward runs (the
+  // offloaded AdamW, as each block's gradient is complete) takes the gradients then.
+  virtual void backward_begins(bool /*last_micro_batch*/) {}
+  virtual void backward_ends(bool /*last_micro_batch*/) {}
+  // Brings the model's values up to date with the optimizer's state and waits for the optimizer's
+  // work in flight (an offloaded AdamW with a delayed update copies its last update back): before
+  // saving a checkpoint, say. Nothing to do for an optimizer that updates on the device.
+  virtual void flush() {}
+
   void zero_grad();
   // Waits for gradient reductions in flight and folds accumulated ones in.
   void settle();

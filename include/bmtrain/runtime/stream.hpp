@@ -43,6 +43,12 @@ class Stream {
   // is expected to enqueue device work on native(); on the host build it runs inline (compute) or on
   // the worker thread (communication), after everything launched earlier.
   void launch(std::function<void()> work);
+  // Runs host function `work` in this stream's order: once the work queued before it has finished,
+  // and work queued after it waits for it to return, so that the device can wait for host work by
+  // an event without the host waiting. On the CUDA build it runs on the driver's host-function
+  // thread (cudaLaunchHostFunc) and must not call CUDA; on the host build it is launch(). An
+  // exception from it ends the job.
+  void launch_host(std::function<void()> work);
   Event record();
   // Work launched on this stream after the call starts only once `e` is complete.
   void wait(const Event& e);

@@ -1,0 +1,246 @@
+#include "offloaded_adamw.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/optim/host_adamw.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/host_memory.hpp"
+#include "bmtrain/runtime/timeline.hpp"
+
+namespace bmt::optim::detail {
+
+namespace {
+
+// Parts of a storage start at multiples of this many elements (256 bytes of f32).
+constexpr std::int64_t kPartAlign = 64;
+constexpr std::size_t kHostAlign = 64;
+
+}  // namespace
+
+void OffloadedAdamW::FreeHost::operator()(float* p) const { std::free(p); }
+
+OffloadedAdamW::HostArray OffloadedAdamW::host_array(std::int64_t n) {
+  const std::size_t bytes = (static_cast<std::size_t>(n) * sizeof(float) + kHostAlign - 1) / kHostAlign * kHostAlign;
+  auto* p = static_cast<float*>(std::aligned_alloc(kHostAlign, std::max(bytes, kHostAlign)));
+  BMT_REQUIRE(p, "AdamW (offloaded): expected " << bytes << " bytes of host memory, found the allocation refused");
+  return HostArray(p);
+}
+
+OffloadedAdamW::OffloadedAdamW(const std::vector<ShardedStorage*>& storages,
+                               const std::vector<std::vector<Optimizer::Range>>& ranges, const AdamWOptions& options)
+    : options_(options),
+      pool_(options.host_threads > 0 ? options.host_threads : host_threads()),
+      to_host_(Stream::Kind::communication, "optimizer to host"),
+      updates_(Stream::Kind::communication, "optimizer host update"),
+      to_device_(Stream::Kind::communication, "optimizer to device") {
+  BMT_REQUIRE(options.host_threads >= 0, "AdamW: expected host_threads >= 0 (0: one per core), found "
+                                             << options.host_threads);
+  std::size_t elements = 0;
+  for (auto* s : storages) elements += static_cast<std::size_t>(s->shard_size());
+  // Master weights, two moments and the exchange buffer: 16 bytes an element.
+  require_host_memory(elements * 16, "AdamW (offloaded)");
+  scale_host_ = std::make_unique<memory::PinnedBuffer>(sizeof(float));
+  storages_.reserve(storages.size());
+  for (std::size_t k = 0; k < storages.size(); ++k) {
+    ShardedStorage& s = *storages[k];
+    BMT_REQUIRE(s.shard_dtype() == s.dtype(), "AdamW (offloaded): expected storage '"
+                                                  << s.name() << "' to hold its values in " << dtype_name(s.dtype())
+                                                  << ", found them in " << dtype_name(s.shard_dtype())
+                                                  << " (is another optimizer updating the same model?)");
+    const std::int64_t n = s.shard_size();
+    Storage st;
+    st.s = &s;
+    st.ranges = ranges[k];
+    st.n = n;
+    st.master = host_array(n);
+    st.m = host_array(n);
+    st.v = host_array(n);
+    st.exchange = std::make_unique<memory::PinnedBuffer>(static_cast<std::size_t>(n) * sizeof(float));
+    BMT_REQUIRE(st.exchange->data(), "AdamW (offloaded): expected " << st.exchange->bytes()
+                                                                    << " bytes of pinned host memory, found the "
+                                                                       "allocation refused");
+    const std::vector<float> values = s.shard().to_host_floats();
+    // Each thread first touches the part it updates.
+    pool_.run([&](int p) {
+      const auto [b, e] = part(st, p);
+      const auto bytes = static_cast<std::size_t>(e - b) * sizeof(float);
+      std::memcpy(st.master.get() + b, values.data() + b, bytes);
+      std::memset(st.m.get() + b, 0, bytes);
+      std::memset(st.v.get() + b, 0, bytes);
+      std::memset(static_cast<float*>(st.exchange->data()) + b, 0, bytes);
+    });
+    host_bytes_ += static_cast<std::size_t>(n) * 16;
+    storages_.push_back(std::move(st));
+  }
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    ShardedStorage& s = *storages_[k].s;
+    s.set_gradient_listener([this, k](ShardedStorage&) { gradient_complete(k); });
+  }
+}
+
+OffloadedAdamW::~OffloadedAdamW() {
+  if (is_initialized()) flush();  // the model keeps the last update's values
+  for (auto& st : storages_) st.s->set_gradient_listener(nullptr);
+}
+
+std::pair<std::int64_t, std::int64_t> OffloadedAdamW::part(const Storage& st, int p) const {
+  return ThreadPool::part(st.n, pool_.size(), p, kPartAlign);
+}
+
+void OffloadedAdamW::gradient_complete(std::size_t k) {
+  if (armed_) fetch(k);
+}
+
+void OffloadedAdamW::backward_ends(bool last_micro_batch) {
+  armed_ = false;
+  if (!last_micro_batch) return;
+  // Storages outside blocks get their gradients until the backward's end.
+  for (std::size_t k = 0; k < storages_.size(); ++k)
+    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k);
+}
+
+void OffloadedAdamW::fetch(std::size_t k) {
+  Storage& st = storages_[k];
+  ShardedStorage& s = *st.s;
+  if (st.write_back_pending) write_back(k);  // the exchange buffer holds values still to go out
+  const Event ready = s.gradient_ready();
+  to_host_.wait(ready);
+  to_host_.wait(st.written);
+  {
+    timeline::Span span(to_host_, "to host", s.name());
+    memory::copy_to_host_async(st.exchange->data(), s.grad_shard().data(), st.exchange->bytes(), to_host_);
+  }
+  st.fetched = to_host_.record();
+  st.fetched_version = s.gradient_version();
+  s.gradient_read(st.fetched);
+}
+
+void OffloadedAdamW::write_back(std::size_t k) {
+  Storage& st = storages_[k];
+  ShardedStorage& s = *st.s;
+  Stream& compute = context().compute_stream();
+  to_device_.wait(st.updated);
+  // Every read of the values queued so far (this step's gathers, with a delayed update) comes first.
+  to_device_.wait(compute.record());
+  {
+    timeline::Span span(to_device_, "to device", s.name());
+    char* values = static_cast<char*>(s.shard().data());
+    const char* exchange = static_cast<const char*>(st.exchange->data());
+    const std::size_t es = dtype_size(s.dtype());
+    if (es == sizeof(float)) {  // the values lie where the gradient did
+      memory::copy_from_host_async(values, exchange, st.exchange->bytes(), to_device_);
+    } else {  // each part's values packed at the start of the part's gradient
+      for (int p = 0; p < pool_.size(); ++p) {
+        const auto [b, e] = part(st, p);
+        if (e > b)
+          memory::copy_from_host_async(values + static_cast<std::size_t>(b) * es,
+                                       exchange + static_cast<std::size_t>(b) * sizeof(float),
+                                       static_cast<std::size_t>(e - b) * es, to_device_);
+      }
+    }
+  }
+  st.written = to_device_.record();
+  st.write_back_pending = false;
+  s.values_written(st.written);
+}
+
+void OffloadedAdamW::update(std::size_t k, float grad_scale, float lr, float bias1, float bias2) {
+  Storage& st = storages_[k];
+  const DType dtype = st.s->dtype();
+  const std::size_t es = dtype_size(dtype);
+  char* exchange = static_cast<char*>(st.exchange->data());
+  const float* g = static_cast<const float*>(st.exchange->data());
+  float *w = st.master.get(), *m = st.m.get(), *v = st.v.get();
+  pool_.run([&](int p) {
+    const auto [b, e] = part(st, p);
+    // The part's values go out packed from its first gradient on: element j at b * 4 + (j - b) * es,
+    // at or before its own gradient, which has been read by then.
+    auto out = [&](std::int64_t j) {
+      return exchange + static_cast<std::size_t>(b) * sizeof(float) + static_cast<std::size_t>(j - b) * es;
+    };
+    std::int64_t i = b;
+    if (grad_scale >= 0.0f) {  // negative: non-finite gradients, the step is skipped
+      for (const auto& r : st.ranges) {
+        const std::int64_t lo = std::max(i, r.begin), hi = std::min(e, r.end);
+        if (lo >= hi) continue;
+        if (lo > i) host_round(w + i, out(i), dtype, lo - i);
+        const HostAdamWStep step{lr,    grad_scale, options_.beta1, options_.beta2, options_.eps,
+                                 bias1, bias2,      r.weight_decay};
+        host_adamw_update(g + lo, w + lo, m + lo, v + lo, out(lo), dtype, hi - lo, step);
+        i = hi;
+      }
+    }
+    if (i < e) host_round(w + i, out(i), dtype, e - i);
+  });
+}
+
+void OffloadedAdamW::step(float lr, const GradScale& scale, float bias1, float bias2) {
+  Stream& compute = context().compute_stream();
+  for (std::size_t k = 0; k < storages_.size(); ++k)
+    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k);
+  // A scale decided on the device comes to the host on the update stream, once the compute stream
+  // has it: the updates read it there, and nothing waits on the host.
+  const bool on_device = scale.device.defined();
+  if (on_device) {
+    updates_.wait(compute.record());
+    memory::copy_to_host_async(scale_host_->data(), scale.device.data(), sizeof(float), updates_);
+    scales_in_flight_.emplace_back(scale.device, updates_.record());
+  }
+  const float value = scale.value;
+  for (std::size_t k = 0; k < storages_.size(); ++k) {
+    Storage& st = storages_[k];
+    updates_.wait(st.fetched);
+    {
+      timeline::Span span(updates_, "host update", st.s->name());
+      updates_.launch_host([this, k, on_device, value, lr, bias1, bias2] {
+        float grad_scale = value;
+        if (on_device) std::memcpy(&grad_scale, scale_host_->data(), sizeof grad_scale);
+        update(k, grad_scale, lr, bias1, bias2);
+      });
+    }
+    st.updated = updates_.record();
+    if (options_.delayed_update)
+      st.write_back_pending = true;
+    else
+      write_back(k);
+  }
+  scales_in_flight_.erase(std::remove_if(scales_in_flight_.begin(), scales_in_flight_.end(),
+                                         [](const auto& s) { return s.second.query(); }),
+                          scales_in_flight_.end());
+}
+
+void OffloadedAdamW::flush() {
+  for (std::size_t k = 0; k < storages_.size(); ++k)
+    if (storages_[k].write_back_pending) write_back(k);
+  to_host_.synchronize();
+  updates_.synchronize();
+  to_device_.synchronize();
+  scales_in_flight_.clear();
+}
+
+std::vector<std::pair<std::string, Tensor>> OffloadedAdamW::state_of(std::size_t k) {
+  flush();
+  const Storage& st = storages_[k];
+  const Shape shape{st.n};
+  return {{"master", Tensor::from_host(st.master.get(), shape, DType::f32)},
+          {"exp_avg", Tensor::from_host(st.m.get(), shape, DType::f32)},
+          {"exp_avg_sq", Tensor::from_host(st.v.get(), shape, DType::f32)}};
+}
+
+void OffloadedAdamW::load_state(std::size_t k, const std::string& name, const std::vector<float>& values) {
+  flush();
+  Storage& st = storages_[k];
+  BMT_REQUIRE(values.size() == static_cast<std::size_t>(st.n),
+              "AdamW::load_state: expected " << st.n << " values for '" << st.s->name() << "', found " << values.size());
+  float* target = name == "master" ? st.master.get() : name == "exp_avg" ? st.m.get() : name == "exp_avg_sq" ? st.v.get()
+                                                                                                          : nullptr;
+  BMT_REQUIRE(target, "AdamW::load_state: unknown state '" << name << "': expected master, exp_avg or exp_avg_sq");
+  std::memcpy(target, values.data(), values.size() * sizeof(float));
+  if (name == "master") copy_into(st.s->shard(), Tensor::from_floats(values, {st.n}, DType::f32));
+}
+
+}  // namespace bmt::optim::detail

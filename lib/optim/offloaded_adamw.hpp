@@ -1,0 +1,89 @@
+#pragma once
+// The offloaded AdamW (AdamWOptions::offload), behind bmt::optim::AdamW. Per storage the host keeps
+// f32 master weights and moments and one pinned exchange buffer of 4 bytes an element; the device
+// keeps the values in the parameters' dtype and the f32 gradient shard. Three streams carry a step:
+//   to host    the gradient shard into the exchange buffer, as soon as the storage's gradient is
+//              complete: during the last micro-batch's backward, told by ShardedStorage's gradient
+//              listener as each block's reduction is queued (the storages outside blocks at its end)
+//   updates    host functions, one per storage in the model's order: the update on the thread pool,
+//              once the gradient is on the host and the step's gradient scale is known, writing the
+//              values in the parameters' dtype back into the exchange buffer over the gradient
+//   to device  those values into the shard; gathers and readers of the shard wait for that copy
+//              (ShardedStorage::values_written), the next gradient written waits for the copy out
+//              (ShardedStorage::gradient_read)
+// The host queues all of it and waits for none of it in a step.
+//
+// The gradient scale (loss scale, clipping factor, skipping a non-finite step) depends on the
+// global gradient norm, which is known only once the whole backward is: Adam's update is not
+// linear in the gradient, so no storage can be updated before that and scaled afterwards. So the
+// copies to the host overlap the backward, and the updates run after it, storage by storage in the
+// order the next forward needs them, each storage's values going back to the device as soon as its
+// update is done: the next forward's first blocks run while later storages are still updating.
+// With `delayed_update` a storage's update is copied back only during the next step's last
+// backward, once that backward has read the storage (ZeRO-Offload's delayed parameter update):
+// the host update then runs beside the whole next step, whose gradients are computed at values
+// one update older than the master weights they are applied to.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bmtrain/optim/adamw.hpp"
+#include "bmtrain/runtime/stream.hpp"
+#include "bmtrain/runtime/thread_pool.hpp"
+#include "bmtrain/tensor/memory.hpp"
+
+namespace bmt::optim::detail {
+
+class OffloadedAdamW {
+ public:
+  OffloadedAdamW(const std::vector<ShardedStorage*>& storages, const std::vector<std::vector<Optimizer::Range>>& ranges,
+                 const AdamWOptions& options);
+  ~OffloadedAdamW();
+  OffloadedAdamW(const OffloadedAdamW&) = delete;
+  OffloadedAdamW& operator=(const OffloadedAdamW&) = delete;
+
+  void backward_begins(bool last_micro_batch) { armed_ = last_micro_batch; }
+  void backward_ends(bool last_micro_batch);
+  void step(float lr, const GradScale& scale, float bias1, float bias2);
+  void flush();
+  std::vector<std::pair<std::string, Tensor>> state_of(std::size_t k);
+  void load_state(std::size_t k, const std::string& name, const std::vector<float>& values);
+  std::size_t host_bytes() const { return host_bytes_; }
+  int threads() const { return pool_.size(); }
+
+ private:
+  struct FreeHost {
+    void operator()(float* p) const;
+  };
+  using HostArray = std::unique_ptr<float, FreeHost>;
+  struct Storage {
+    ShardedStorage* s = nullptr;
+    std::vector<Optimizer::Range> ranges;
+    std::int64_t n = 0;
+    HostArray master, m, v;
+    std::unique_ptr<memory::PinnedBuffer> exchange;  // f32 gradient in, values in dtype() out
+    std::uint64_t fetched_version = ~std::uint64_t{0};  // gradient version in the exchange buffer
+    Event fetched, updated, written;                    // the copy in, the update, the copy out
+    bool write_back_pending = false;                    // delayed: updated, not yet copied back
+  };
+  static HostArray host_array(std::int64_t n);
+  // Part p of storage k's elements, for the pool's thread p.
+  std::pair<std::int64_t, std::int64_t> part(const Storage& st, int p) const;
+  void gradient_complete(std::size_t k);
+  void fetch(std::size_t k);
+  void write_back(std::size_t k);
+  void update(std::size_t k, float grad_scale, float lr, float bias1, float bias2);
+
+  AdamWOptions options_;
+  ThreadPool pool_;
+  std::vector<Storage> storages_;
+  Stream to_host_, updates_, to_device_;
+  std::unique_ptr<memory::PinnedBuffer> scale_host_;  // a device gradient scale, copied for the updates
+  std::vector<std::pair<Tensor, Event>> scales_in_flight_;  // kept until copied
+  bool armed_ = false;  // in the last micro-batch's backward
+  std::size_t host_bytes_ = 0;
+};
+
+}  // namespace bmt::optim::detail
