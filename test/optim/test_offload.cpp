@@ -1,0 +1,272 @@
+// The offloaded AdamW (AdamWOptions::offload) against AdamW on the device: a block list and a
+// parameter outside it trained through OptimManager, with gradient accumulation, clipping, static
+// and dynamic loss scaling (one step skipped for a non-finite gradient), the norm read on the host
+// or left to the device, must end with the same master weights and values within 1e-6 after every
+// step; a run resumed from the other mode's checkpoint continues as the run that wrote it; the
+// delayed update computes each gradient at the values one update behind; and the device and host
+// bytes a parameter take are what estimate_memory says.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+#include "bmtrain/io/model_checkpoint.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/ops/elementwise.hpp"
+#include "bmtrain/optim/adamw.hpp"
+#include "bmtrain/optim/lr_scheduler.hpp"
+#include "bmtrain/optim/memory_estimate.hpp"
+#include "bmtrain/optim/optim_manager.hpp"
+#include "bmtrain/runtime/context.hpp"
+#include "bmtrain/tensor/allocator.hpp"
+#include "bmtrain/zero/distributed_module.hpp"
+#include "bmtrain/zero/transformer_block_list.hpp"
+#include "gathered_parameters.hpp"
+#include "toy_block.hpp"
+
+namespace {
+
+constexpr std::int64_t kRows = 3, kDim = 257;
+constexpr int kBlocks = 3, kSteps = 6;
+
+struct Model : bmt::DistributedModule {
+  bmt::DistributedParameter bias;  // outside the blocks
+  bmt::TransformerBlockList<toy::Block> blocks;
+  explicit Model(bmt::DType dtype = bmt::DType::f32, std::int64_t dim = kDim)
+      : bias({kRows, dim}, dtype, bmt::init::normal(0.1f)) {
+    register_parameter("bias", bias);
+    for (int i = 0; i < kBlocks; ++i) blocks.append(dim, dtype);
+    register_module("blocks", blocks);
+  }
+};
+
+Model& initialized(Model& m) {
+  bmt::init_parameters(m);
+  return m;
+}
+
+struct Config {
+  int accumulation = 1;
+  bool defer_norm_read = false;
+  float clip = 0.0f;
+  float loss_scale = 1.0f;
+  bool dynamic = false;
+  int nonfinite_step = -1;  // rank 0's first micro-batch gets a NaN input at this step
+};
+
+std::string describe(const Config& c) {
+  return "accumulation " + std::to_string(c.accumulation) + ", defer " + std::to_string(c.defer_norm_read) +
+         ", clip " + std::to_string(c.clip) + ", loss scale " + std::to_string(c.loss_scale) +
+         (c.dynamic ? " dynamic" : "") + ", non-finite at " + std::to_string(c.nonfinite_step);
+}
+
+// A model with its optimizer, schedule and manager.
+struct Trainer {
+  Model model;
+  bmt::optim::AdamW adamw;
+  bmt::optim::ConstantLR lr{0.02f, 0};
+  bmt::optim::OptimManager manager;
+  Config config;
+
+  Trainer(bool offload, const Config& c, bool delayed = false)
+      : adamw(initialized(model), options(offload, delayed)), manager(manager_options(c)), config(c) {
+    manager.add_optimizer(adamw, &lr);
+  }
+  static bmt::optim::AdamWOptions options(bool offload, bool delayed) {
+    bmt::optim::AdamWOptions o;
+    o.weight_decay = 0.1f;
+    o.offload = offload;
+    o.delayed_update = delayed;
+    o.host_threads = 3;  // several parts a storage, whatever the machine
+    return o;
+  }
+  static bmt::optim::OptimManagerOptions manager_options(const Config& c) {
+    bmt::optim::OptimManagerOptions o;
+    o.accumulation_steps = c.accumulation;
+    o.defer_norm_read = c.defer_norm_read;
+    o.clip_grad_norm = c.clip;
+    o.loss_scale = c.loss_scale;
+    o.dynamic_loss_scale = c.dynamic;
+    return o;
+  }
+
+  bmt::Tensor loss(int step, int micro) {
+    const int r = bmt::rank();
+    std::vector<float> x(kRows * kDim), c(kRows * kDim);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float fi = static_cast<float>(i);
+      x[i] = 0.5f * std::sin(0.013f * fi + 0.7f * step + 1.3f * micro + 0.5f * r);
+      c[i] = std::cos(0.007f * fi + step + 0.1f * r + 0.3f * micro);
+    }
+    if (step == config.nonfinite_step && r == 0 && micro == 0) x[5] = std::numeric_limits<float>::quiet_NaN();
+    const bmt::Tensor h = bmt::add(bmt::Tensor::from_floats(x, {kRows, kDim}), model.bias.gather());
+    const bmt::Tensor y = model.blocks(h, 0.8f);
+    return bmt::autograd::call<toy::SumAll>({bmt::mul(y, bmt::Tensor::from_floats(c, {kRows, kDim}))})[0];
+  }
+
+  void train(int step) {
+    manager.zero_grad();
+    for (int m = 0; m < config.accumulation; ++m) manager.backward(loss(step, m));
+    manager.step();
+  }
+
+  // Every storage's master weights and gathered values, in storage order.
+  std::vector<float> masters() {
+    std::vector<float> out;
+    for (auto* s : adamw.storages()) {
+      const auto v = bmt_test::all_gather(adamw.state_of(*s)[0].second);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+  std::vector<float> values() {
+    std::vector<float> out;
+    for (auto* s : adamw.storages()) {
+      bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
+      s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+      const auto v = full.to_host_floats();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+};
+
+void expect_near(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - b[i]) <= 1e-6f) && bad++ < 5) ADD_FAILURE() << what << " element " << i << ": " << a[i] << " vs " << b[i];
+  ASSERT_EQ(bad, 0u) << what;
+}
+
+TEST(OffloadedAdamW, MatchesAdamWOnTheDevice) {
+  const std::vector<Config> configs = {
+      {1, false, 0.05f, 1024.0f, true, 3},  // clipping, dynamic loss scale, a skipped step
+      {2, true, 0.05f, 1024.0f, true, 3},   // the same with accumulation and the norm left to the device
+      {2, false, 0.0f, 64.0f, false, -1},   // a static loss scale, no clipping
+      {1, true, 10.0f, 1.0f, false, -1},    // clipping that never applies
+  };
+  for (const Config& c : configs) {
+    Trainer device(false, c), offloaded(true, c);
+    expect_near(device.values(), offloaded.values(), "initial values, " + describe(c));
+    for (int step = 1; step <= kSteps; ++step) {
+      device.train(step);
+      offloaded.train(step);
+      const std::string what = "step " + std::to_string(step) + ", " + describe(c);
+      expect_near(device.masters(), offloaded.masters(), "master weights after " + what);
+      expect_near(device.values(), offloaded.values(), "values after " + what);
+      device.manager.settle();
+      offloaded.manager.settle();
+      ASSERT_EQ(device.manager.loss_scale(), offloaded.manager.loss_scale()) << what;
+      ASSERT_EQ(device.manager.skipped_steps(), offloaded.manager.skipped_steps()) << what;
+      ASSERT_EQ(device.adamw.step_count(), offloaded.adamw.step_count()) << what;
+    }
+    if (c.nonfinite_step > 0) EXPECT_EQ(offloaded.manager.skipped_steps(), 1) << describe(c);
+  }
+}
+
+// A directory every rank names the same.
+std::string shared_directory(const std::string& name) {
+  int pid = static_cast<int>(getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, bmt::context().mpi_comm());
+  return ::testing::TempDir() + "bmt_" + name + "_" + std::to_string(pid);
+}
+
+TEST(OffloadedAdamW, ResumesFromACheckpointOfTheOtherMode) {
+  const Config c{2, true, 0.05f, 1024.0f, true, 2};
+  const std::string dir = shared_directory("offload_resume");
+  for (bool saved_offloaded : {false, true}) {
+    Trainer writer(saved_offloaded, c);
+    for (int step = 1; step <= 3; ++step) writer.train(step);
+    writer.manager.settle();
+    if (bmt::rank() == 0) std::filesystem::create_directories(dir);
+    MPI_Barrier(bmt::context().mpi_comm());
+    bmt::save(writer.model, dir + "/model.safetensors");
+    bmt::io::save_optimizer(writer.adamw, dir + "/optimizer.safetensors");
+
+    Trainer resumed(!saved_offloaded, c);
+    bmt::load(resumed.model, dir + "/model.safetensors");
+    bmt::io::load_optimizer(resumed.adamw, dir + "/optimizer.safetensors");
+    resumed.lr.set_step(writer.lr.current_step());
+    resumed.manager.set_loss_scale(writer.manager.loss_scale());
+    resumed.manager.set_clean_steps(writer.manager.clean_steps());
+    ASSERT_EQ(resumed.adamw.step_count(), writer.adamw.step_count());
+    for (int step = 4; step <= 6; ++step) {
+      writer.train(step);
+      resumed.train(step);
+      const std::string what = std::string(saved_offloaded ? "offloaded" : "on-device") + " checkpoint, step " +
+                               std::to_string(step);
+      expect_near(writer.masters(), resumed.masters(), "master weights, " + what);
+      expect_near(writer.values(), resumed.values(), "values, " + what);
+    }
+    MPI_Barrier(bmt::context().mpi_comm());
+  }
+  if (bmt::rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The delayed update's definition, built from AdamW on the device: the gradient of step t is taken
+// at the values after update t - 2 (the initial values for steps 1 and 2) and applied to the master
+// weights after update t - 1.
+TEST(OffloadedAdamW, DelayedUpdateTakesEachGradientOneUpdateBehind) {
+  const Config c{2, true, 0.05f, 1.0f, false, -1};
+  Trainer delayed(true, c, /*delayed=*/true);
+  Trainer reference(false, c);
+  Trainer stale(false, c);  // where the reference's gradients are taken
+  std::vector<std::vector<float>> history{reference.masters()};  // master weights after update t
+  auto set_values = [](Trainer& run, const std::vector<float>& values) {
+    std::size_t at = 0;
+    for (auto* s : run.adamw.storages()) {
+      const auto begin = values.begin() + static_cast<std::ptrdiff_t>(at + s->shard_begin());
+      bmt::copy_into(s->shard(), bmt::Tensor::from_floats(std::vector<float>(begin, begin + s->shard_size()),
+                                                          {s->shard_size()}));
+      at += static_cast<std::size_t>(s->total());
+    }
+  };
+  for (int step = 1; step <= kSteps; ++step) {
+    delayed.train(step);
+    set_values(stale, history[static_cast<std::size_t>(std::max(0, step - 2))]);
+    stale.manager.zero_grad();
+    for (int m = 0; m < c.accumulation; ++m) stale.manager.backward(stale.loss(step, m));
+    stale.adamw.settle();
+    reference.manager.zero_grad();
+    const auto& from = stale.adamw.storages();
+    const auto& to = reference.adamw.storages();
+    for (std::size_t k = 0; k < from.size(); ++k) bmt::copy_into(to[k]->grad_shard(), from[k]->grad_shard());
+    reference.manager.step();
+    history.push_back(reference.masters());
+  }
+  expect_near(delayed.masters(), history.back(), "master weights after the delayed updates");
+  expect_near(delayed.values(), reference.values(), "values after flush()");
+}
+
+// The device keeps the values in the parameters' dtype and the f32 gradient; the host 16 bytes.
+TEST(OffloadedAdamW, DeviceAndHostBytesAreTheEstimate) {
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
+    // Cached blocks of earlier tests could serve a request with a larger block (best fit).
+    bmt::CachingAllocator::instance().release_cached();
+    const auto before = bmt::memory_stats().allocated_bytes;
+    Model model(dtype, 80000);  // every buffer between 2 KiB and 1 MiB, where the allocator rounds little
+    bmt::init_parameters(model);
+    bmt::optim::AdamWOptions options;
+    options.offload = true;
+    bmt::optim::AdamW adamw(model, options);
+    for (auto* s : adamw.storages()) s->grad_shard();
+    bmt::optim::MemoryPlan plan;
+    for (auto* s : adamw.storages()) plan.parameters += s->total();  // padding included: it is kept too
+    plan.world_size = bmt::world_size();
+    plan.dtype = dtype;
+    plan.offload = true;
+    const auto expected = bmt::optim::estimate_memory(plan);
+    const double device = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
+    EXPECT_EQ(expected.device_bytes_per_parameter, dtype == bmt::DType::f32 ? 8.0 : 6.0);
+    EXPECT_EQ(expected.host_bytes_per_parameter, 16.0);
+    EXPECT_NEAR(device, expected.device_state, 0.02 * expected.device_state) << bmt::dtype_name(dtype);
+    EXPECT_EQ(static_cast<double>(adamw.host_bytes()), expected.host_state) << bmt::dtype_name(dtype);
+  }
+}
+
+}  // namespace
