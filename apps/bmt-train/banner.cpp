@@ -35,7 +35,8 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
                   ctx.topology().node_count, " node", ctx.topology().node_count > 1 ? "s" : "", ", ",
                   ctx.world_comm().backend(), ")  dtype ", bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
                   recompute_description(o, cfg.layers), "  prefetch ", o.prefetch,
-                  o.offload ? "  optimizer offloaded" : "",
+                  o.offload ? (o.offload_delayed ? "  optimizer offloaded (delayed update)" : "  optimizer offloaded")
+                            : "",
                   o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
                   bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", f.local_batch,
@@ -44,8 +45,13 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
   bmt::print_rank("| data ", o.data,
                   f.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(f.entropy_rate) + ")" : std::string(),
                   "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
-  bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state + ",
+  bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state (",
+                  f.memory.device_bytes_per_parameter, " bytes a parameter / ", world, ") + ",
                   bytes_text(f.memory.buffers), " gather/gradient buffers + activations");
+  if (o.offload)
+    bmt::print_rank("| host memory per rank: ", bytes_text(f.memory.host_state), " optimizer state (",
+                    f.memory.host_bytes_per_parameter, " bytes a parameter / ", world, "), updated by ",
+                    f.host_threads, " thread", f.host_threads == 1 ? "" : "s");
   const std::string weights = !f.resumed_from.empty() ? f.resumed_from
                               : !o.init_from.empty()   ? o.init_from + " (Hugging Face checkpoint)"
                                                        : std::string("a fresh initialization");

@@ -16,6 +16,7 @@ struct RunFacts {
   float peak_lr = 0;
   double entropy_rate = -1;       // the data's lowest achievable loss, when known
   MemoryEstimate memory;
+  int host_threads = 0;           // the offloaded optimizer's update threads
   std::string resumed_from;       // empty: a fresh run
   std::int64_t start_step = 0;
 };

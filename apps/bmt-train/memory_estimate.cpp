@@ -2,21 +2,26 @@
 
 #include <algorithm>
 
+#include <bmtrain/optim/memory_estimate.hpp>
+
 namespace bmt_train {
 
-MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg, int world, std::size_t largest_block) {
-  MemoryEstimate m;
-  const double params = static_cast<double>(cfg.parameter_count());
-  m.sharded_state = (cfg.dtype == bmt::DType::f32 ? 16.0 : 18.0) * params / world;
-  // One rank gathers and reduces in place: no buffers. Otherwise the gather ring's prefetch + 1
-  // slots and the gradient ring's two, and a gathered copy of its own for every block that keeps its
-  // parameters from forward to backward (zero level 2, or a block that keeps its activations).
-  const std::int64_t kept = o.zero_level == 2 || !o.checkpointing ? cfg.layers : std::min(o.keep_blocks, cfg.layers);
-  m.buffers = world == 1 ? 0.0
-                         : static_cast<double>(largest_block) *
-                               (static_cast<double>(o.prefetch + 1 + kept) * bmt::dtype_size(cfg.dtype) +
-                                2 * sizeof(float));
-  return m;
+MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg, int world, std::int64_t accumulation,
+                               std::size_t largest_block) {
+  bmt::optim::MemoryPlan plan;
+  plan.parameters = cfg.parameter_count();
+  plan.largest_block = static_cast<std::int64_t>(largest_block);
+  plan.world_size = world;
+  plan.dtype = cfg.dtype;
+  plan.offload = o.offload;
+  plan.accumulates = accumulation > 1;
+  plan.prefetch = o.prefetch;
+  // A block keeps its gathered parameters from forward to backward at zero level 2, or when it
+  // keeps its activations.
+  plan.kept_blocks = static_cast<int>(o.zero_level == 2 || !o.checkpointing ? cfg.layers
+                                                                            : std::min(o.keep_blocks, cfg.layers));
+  const auto e = bmt::optim::estimate_memory(plan);
+  return {e.device_state, e.device_buffers, e.host_state, e.device_bytes_per_parameter, e.host_bytes_per_parameter};
 }
 
 }  // namespace bmt_train

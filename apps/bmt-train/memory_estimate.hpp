@@ -1,5 +1,6 @@
 #pragma once
-// What a configuration needs per rank, before any of it is allocated.
+// What a configuration needs per rank, before any of it is allocated: bmt::optim::estimate_memory
+// for bmt-train's options (the library says what a parameter costs by dtype and option).
 #include <cstddef>
 #include <cstdint>
 
@@ -8,13 +9,17 @@
 namespace bmt_train {
 
 struct MemoryEstimate {
-  double sharded_state = 0;  // bytes: parameter, gradient and optimizer shards
-  double buffers = 0;        // bytes: gather and gradient rings, kept gathered copies
+  double sharded_state = 0;  // device bytes: parameter, gradient and (on the device) optimizer shards
+  double buffers = 0;        // device bytes: gather and gradient rings, kept gathered copies
+  double host_state = 0;     // host bytes: the offloaded optimizer's state
+  double device_bytes_per_parameter = 0;  // before dividing by the world size
+  double host_bytes_per_parameter = 0;
   // Activations are not estimated.
 };
 
-// For `options` on `world` ranks whose largest block holds `largest_block` elements.
+// For `options` on `world` ranks with `accumulation` micro-batches a step, whose largest storage
+// holds `largest_block` elements.
 MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config, int world,
-                               std::size_t largest_block);
+                               std::int64_t accumulation, std::size_t largest_block);
 
 }  // namespace bmt_train

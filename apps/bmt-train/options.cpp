@@ -220,7 +220,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention
      << "; keep_residual=" << o.keep_residual << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
-     << "; offload=" << o.offload << "; loss_chunk=" << o.loss_chunk
+     << "; offload=" << o.offload << "; offload_delayed=" << o.offload_delayed << "; loss_chunk=" << o.loss_chunk
      << "; data=" << o.data << "; data_format=" << o.data_format << "; val_data=" << o.val_data << "; batch=" << o.batch
      << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
      << "; lr=" << o.lr << "; min_lr=" << o.min_lr << "; schedule=" << o.schedule << "; warmup=" << o.warmup
@@ -285,7 +285,12 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add_whole("--prefetch", o.prefetch, "Blocks whose parameters are gathered ahead of use",
               whole_number(0, max_size, "a number of blocks in [0, " + std::to_string(max_size) + "]"))
       ->capture_default_str();
-  t.add_flag("--offload", o.offload, "Keep optimizer state in host memory and update it there");
+  t.add_flag("--offload", o.offload,
+             "Keep the optimizer's master weights and moments in host memory (16 bytes a parameter) and update "
+             "them there on a pool of threads, as each block's gradient arrives during the backward");
+  t.add_flag("--offload-delayed", o.offload_delayed,
+             "With --offload: copy each update to the device during the next step's backward, so that the host "
+             "update runs beside the whole next step; each gradient is then taken one update behind");
   t.add_whole("--loss-chunk", o.loss_chunk,
               "Run the head and loss this many token rows at a time, never holding all the logits "
               "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once", at_least(0, "0: all rows"))
@@ -381,6 +386,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   constexpr std::int64_t max_tokens = std::int64_t{1} << 40;
   BMT_REQUIRE(o.batch <= max_tokens / o.seq, "--batch and --seq: expected at most " << max_tokens
                                                 << " tokens per step, found " << o.batch << " x " << o.seq);
+  BMT_REQUIRE(o.offload || !o.offload_delayed, "--offload-delayed: expected --offload with it, found it alone");
   // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
   for (const auto& [flag, set] : {std::pair{"--keep-attention", o.keep_attention}, {"--keep-residual", o.keep_residual}})
     BMT_REQUIRE(!set || o.checkpointing,

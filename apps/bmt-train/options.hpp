@@ -24,6 +24,7 @@ struct TrainOptions {
   std::int64_t keep_blocks = 0;  // the last blocks that keep their activations instead of recomputing
   int prefetch = 1;
   bool offload = false;
+  bool offload_delayed = false;
   std::int64_t loss_chunk = 0;  // rows of the head and loss at a time (0: all at once)
   // data
   std::string data = "synthetic";

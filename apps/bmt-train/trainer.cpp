@@ -130,7 +130,7 @@ void Trainer::build_model() {
   std::size_t largest_block = 0;
   for (auto* s : bmt::sharded_storages(*model_))
     largest_block = std::max(largest_block, static_cast<std::size_t>(s->total()));
-  facts_.memory = estimate_memory(o_, cfg_, world_, largest_block);
+  facts_.memory = estimate_memory(o_, cfg_, world_, facts_.accumulation, largest_block);
 }
 
 // AdamW over the model's weights as they are now, and the OptimManager that steps it.
@@ -140,7 +140,9 @@ void Trainer::build_optimizer() {
   ao.beta2 = o_.beta2;
   ao.weight_decay = o_.weight_decay;
   ao.offload = o_.offload;
+  ao.delayed_update = o_.offload_delayed;
   agreed([&] { adamw_ = std::make_unique<bmt::optim::AdamW>(*model_, ao); });
+  facts_.host_threads = adamw_->host_threads();
   bmt::optim::OptimManagerOptions mo;
   const bool f16 = cfg_.dtype == bmt::DType::f16;
   mo.loss_scale = o_.loss_scale > 0 ? o_.loss_scale : (f16 ? 65536.0f : 1.0f);
@@ -326,6 +328,7 @@ void Trainer::export_hf() {
 
 void Trainer::save(std::int64_t step) {
   manager_->settle();  // step counts, schedule and loss scale as of the last step's outcome
+  adamw_->flush();     // the model's values as of the last update (an offloaded one may be in flight)
   const std::string dir = checkpoints_->begin_save(step);
   fault_.at(FaultInjection::Point::save_begun, step);
   const nlohmann::json model_json = checkpoint_model(o_, cfg_);

@@ -4,7 +4,8 @@
 # world size, and on another stays as close to them as a run on that world size from the start (or
 # within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
 # --timeline-ops writes op spans; --keep-blocks, --keep-attention and --keep-residual leave the
-# losses as they were, with dropout too.
+# losses as they were, with dropout too; --offload gives the on-device run's losses (within 1e-5),
+# resumes across modes and says its host memory; --offload-delayed resumes exactly.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -37,6 +38,8 @@ expect_usage_error "sequence too long" "at most 128 tokens" 2 "${tiny[@]}" --seq
 expect_usage_error "missing data" "no_such_file" 2 "${tiny[@]}" --steps 1 --data "$work/no_such_file_*.bin"
 expect_usage_error "op timeline without a timeline" "--timeline" 2 "${tiny[@]}" --steps 1 --timeline-ops
 expect_usage_error "negative kept blocks" "--keep-blocks: expected a whole number in \[0, 9223372036854775807\], found .-1." 2 "${tiny[@]}" --steps 1 --keep-blocks -1
+expect_usage_error "a delayed update without offload" "--offload-delayed: expected --offload with it" 2 "${tiny[@]}" \
+  --steps 1 --offload-delayed
 
 # The op-level timeline: every rank's trace has op spans next to the block spans.
 run 2 "${tiny[@]}" --steps 2 --timeline "$work/trace.json" --timeline-ops >/dev/null || fail "timeline run failed"
@@ -127,6 +130,35 @@ for other in --no-checkpointing "--keep-attention --keep-residual"; do
   [ "$(losses "$work/drop_other.jsonl")" = "$(losses "$work/drop.jsonl")" ] \
     || fail "--dropout with $other: losses $(losses "$work/drop_other.jsonl" | tr '\n' ' ') differ from recomputing"
 done
+# --offload: the same updates on the host, so the on-device run's losses (on a GPU the device
+# kernel fuses multiply-adds the host does not: within 1e-5), and a run that saved with the
+# optimizer on the device resumes offloaded, and the other way around, as the writer went on.
+near() {  # near A B WHAT: the losses of metrics files A and B agree within 1e-5, step by step
+  paste <(losses "$1") <(losses "$2") | awk '{ d = $2 - $4; if (d < 0) d = -d
+    if ($1 != $3 || d > 1e-5 * ($2 < 0 ? -$2 : $2)) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' \
+    || fail "$3: losses $(losses "$2" | tr '\n' ' ') differ from $(losses "$1" | tr '\n' ' ')"
+}
+run 2 "${tiny[@]}" --steps 8 --offload --metrics "$work/offload.jsonl" --save "$work/ckpt_offload" --save-every 4 \
+  >"$work/offload.out" || fail "--offload run failed"
+near "$work/full.jsonl" "$work/offload.jsonl" "--offload"
+grep -q "host memory per rank: .* optimizer state (16 bytes a parameter / 2), updated by [0-9]* thread" "$work/offload.out" \
+  || fail "--offload: the header does not state the host memory: $(cat "$work/offload.out")"
+run 2 "${tiny[@]}" --steps 8 --offload --metrics "$work/to_offload.jsonl" --resume "$work/ckpt/step-4" >/dev/null \
+  || fail "--offload resuming an on-device checkpoint failed"
+near <(tail -4 "$work/full.jsonl") "$work/to_offload.jsonl" "--offload resumed from an on-device checkpoint"
+run 2 "${tiny[@]}" --steps 8 --metrics "$work/from_offload.jsonl" --resume "$work/ckpt_offload/step-4" >/dev/null \
+  || fail "resuming an offloaded checkpoint on the device failed"
+near <(tail -4 "$work/offload.jsonl") "$work/from_offload.jsonl" "on the device resumed from an offloaded checkpoint"
+# --offload-delayed: each gradient one update behind, so other losses after the first steps; a
+# checkpoint copies the last update back first, so a resumed run goes on exactly as the writer.
+run 2 "${tiny[@]}" --steps 8 --offload --offload-delayed --metrics "$work/delayed.jsonl" --save "$work/ckpt_delayed" \
+  --save-every 4 >/dev/null || fail "--offload-delayed run failed"
+run 2 "${tiny[@]}" --steps 8 --offload --offload-delayed --metrics "$work/delayed_resumed.jsonl" \
+  --resume "$work/ckpt_delayed/step-4" >/dev/null || fail "--offload-delayed resume failed"
+[ "$(losses "$work/delayed.jsonl" | tail -4)" = "$(losses "$work/delayed_resumed.jsonl")" ] \
+  || fail "--offload-delayed: resumed losses $(losses "$work/delayed_resumed.jsonl" | tr '\n' ' ') differ from $(losses "$work/delayed.jsonl" | tail -4 | tr '\n' ' ')"
+[ "$(losses "$work/delayed.jsonl" | sed -n 3p)" != "$(losses "$work/full.jsonl" | sed -n 3p)" ] \
+  || fail "--offload-delayed: step 3's loss is the undelayed one"
 [ "$(losses "$work/full.jsonl" | wc -l)" -eq 8 ] || fail "expected 8 metrics lines"
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
   grep -q "\"$key\":" "$work/full.jsonl" || fail "metrics lack '$key'"
