@@ -24,18 +24,52 @@
 # ignored, for records kept next to a checkout).
 # GEMM_AUTOTUNE=1 runs bmt-train with BMT_GEMM_AUTOTUNE=1 (each large GEMM's cuBLASLt candidates
 # timed on first use; PyTorch keeps cuBLAS's heuristic choice), and the header says so.
+# LAYERS, DIM, HEADS, FFN, VOCAB override MODEL's shape in both systems (bmt-train's --layers ...,
+# fsdp2_gpt.py's same flags), and the header names the shape: any GPT-2-shaped model.
+# PEER_OFFLOAD=1 runs FSDP2 with CPUOffloadPolicy (parameters, gradients and optimizer state in host
+# memory). BMT_OFFLOAD=1 runs bmt-train with --offload, BMT_OFFLOAD=delayed with --offload
+# --offload-delayed. MICRO_BATCH=N runs bmt-train with --micro-batch N (sequences per rank per
+# forward; FSDP2 takes the whole batch in one). PEER=none runs bmt-train alone.
+# WARMUP=N (default 5): steps each system runs before the measured ones (and the table skips).
+# RUN_TIMEOUT=S ends each system's run after S seconds (it then shows as failed in the table).
 set -euo pipefail
 bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l)}; steps=${5:-20}; rounds=${6:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0
 seq=1024
-warmup=5
+warmup=${WARMUP:-5}
+shape_flags=(); shape=""
+for dim in LAYERS DIM HEADS FFN VOCAB; do
+  value=${!dim:-}
+  [ -n "$value" ] || continue
+  flag=$(echo "$dim" | tr '[:upper:]' '[:lower:]')
+  shape_flags+=(--"$flag" "$value"); shape="$shape${shape:+, }$flag $value"
+done
+[ -n "$shape" ] && model_text="$model shape ($shape)" || model_text=$model
 if [ "${RECOMPUTE:-1}" = 0 ]; then
   mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
 else
   mode="per-block recompute"; fsdp2_flags=(); bmt_flags=()
 fi
+if [ "${PEER_OFFLOAD:-0}" = 1 ]; then
+  mode="$mode, FSDP2 with CPUOffloadPolicy"; fsdp2_flags+=(--cpu-offload)
+fi
+case "${BMT_OFFLOAD:-0}" in
+  0) ;;
+  1) mode="$mode, bmt-train --offload"; bmt_flags+=(--offload) ;;
+  delayed) mode="$mode, bmt-train --offload --offload-delayed"; bmt_flags+=(--offload --offload-delayed) ;;
+  *) echo "BMT_OFFLOAD: expected 0, 1 or delayed, found '$BMT_OFFLOAD'" >&2; exit 2 ;;
+esac
+if [ -n "${MICRO_BATCH:-}" ]; then
+  mode="$mode, bmt-train micro-batch $MICRO_BATCH"; bmt_flags+=(--micro-batch "$MICRO_BATCH")
+fi
+peer=${PEER:-fsdp2}
+case "$peer" in
+  fsdp2) ;;
+  none) mode="$mode, bmt-train alone" ;;
+  *) echo "PEER: expected fsdp2 or none, found '$peer'" >&2; exit 2 ;;
+esac
 if [ "${KEEP_ATTENTION:-0}" = 1 ]; then
   mode="$mode, bmt-train keeps attention outputs"; bmt_flags+=(--keep-attention)
 fi
@@ -45,6 +79,8 @@ fi
 if [ "${KEEP_BLOCKS:-0}" != 0 ]; then
   mode="$mode, bmt-train keeps the last $KEEP_BLOCKS block(s)' activations"; bmt_flags+=(--keep-blocks "$KEEP_BLOCKS")
 fi
+limit=()
+[ -n "${RUN_TIMEOUT:-}" ] && limit=(timeout -k 10 "$RUN_TIMEOUT")
 bmt_env=()
 if [ "${GEMM_AUTOTUNE:-0}" = 1 ]; then
   mode="$mode, bmt-train GEMMs autotuned"; bmt_env=(-x BMT_GEMM_AUTOTUNE=1)
@@ -55,26 +91,29 @@ sampled() {
   local name=$1; shift
   nvidia-smi -i 0 --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 250 > "$out/$name.smi" 2>/dev/null &
   local smi=$!
-  "$@" || true
+  "${limit[@]}" "$@" || true
   kill "$smi" 2>/dev/null || true
   wait "$smi" 2>/dev/null || true
 }
 run_fsdp2() {
   sampled "fsdp2.$1" python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/fsdp2_gpt.py" \
-    --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" "${fsdp2_flags[@]}" \
+    --model "$model" "${shape_flags[@]}" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" \
+    "${fsdp2_flags[@]}" \
     > "$out/fsdp2.$1.json" 2> "$out/fsdp2.$1.log"
   [ -s "$out/fsdp2.$1.json" ] || { echo "FSDP2 run $1 failed:"; tail -20 "$out/fsdp2.$1.log"; }
 }
 run_bmt() {
   sampled "bmt.$1" mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH "${bmt_env[@]}" -np "$gpus" "$bmt" \
-    --no-progress --model "$model" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" --steps $((steps + warmup)) \
+    --no-progress --model "$model" "${shape_flags[@]}" --dtype bf16 --batch $((batch * gpus)) --seq "$seq" \
+    --steps $((steps + warmup)) \
     --warmup 2 --log-every 5 --metrics "$out/bmt.$1.jsonl" "${bmt_flags[@]}" > "$out/bmt.$1.log" 2>&1
   [ -s "$out/bmt.$1.jsonl" ] || { echo "bmt-train run $1 failed:"; tail -20 "$out/bmt.$1.log"; }
 }
 
-echo "# side-by-side: $model, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, $mode, $rounds round(s); $(date -u +%FT%TZ)"
+echo "# side-by-side: $model_text, seq $seq, batch $batch per GPU, $gpus GPU(s), bf16, $mode, $rounds round(s); $(date -u +%FT%TZ)"
 for r in $(seq 1 "$rounds"); do
-  if [ $((r % 2)) -eq 1 ]; then run_fsdp2 "$r"; run_bmt "$r"; else run_bmt "$r"; run_fsdp2 "$r"; fi
+  if [ "$peer" = none ]; then run_bmt "$r"
+  elif [ $((r % 2)) -eq 1 ]; then run_fsdp2 "$r"; run_bmt "$r"; else run_bmt "$r"; run_fsdp2 "$r"; fi
 done
 
 python3 "$here/side_by_side_table.py" "$out" "$gpus" "$warmup" "$rounds"

@@ -4,6 +4,9 @@
 fully_shard on every block and on the root, MixedPrecisionPolicy(bf16 params, fp32 reduce),
 per-block activation checkpointing, fused AdamW, F.scaled_dot_product_attention.
 Run: python3 -m torch.distributed.run --nproc_per_node=N fsdp2_gpt.py --model gpt2-1.5b --batch 16
+--layers/--dim/--heads/--ffn/--vocab override the preset's shape (as bmt-train's flags do);
+--cpu-offload adds CPUOffloadPolicy (parameters, gradients and optimizer state in host memory, the
+optimizer step on the CPU).
 Prints one JSON line on rank 0: tokens/s per GPU, MFU (989 TFLOP/s, 6N + 6LCT FLOPs/token), peak memory.
 """
 import argparse
@@ -17,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 PRESETS = {  # layers, heads, dim (vocab 50304, seq 1024), as in bmt-train
     "gpt2-124m": (12, 12, 768),
@@ -28,15 +31,16 @@ PRESETS = {  # layers, heads, dim (vocab 50304, seq 1024), as in bmt-train
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, ffn=None):
         super().__init__()
+        ffn = ffn or 4 * dim
         self.heads = heads
         self.ln_1 = nn.LayerNorm(dim)
         self.attn = nn.Linear(dim, 3 * dim)
         self.attn_proj = nn.Linear(dim, dim)
         self.ln_2 = nn.LayerNorm(dim)
-        self.mlp_fc = nn.Linear(dim, 4 * dim)
-        self.mlp_proj = nn.Linear(4 * dim, dim)
+        self.mlp_fc = nn.Linear(dim, ffn)
+        self.mlp_proj = nn.Linear(ffn, dim)
 
     def forward(self, x):
         b, t, c = x.shape
@@ -48,11 +52,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, heads, dim, vocab, seq):
+    def __init__(self, layers, heads, dim, vocab, seq, ffn=None):
         super().__init__()
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(dim, heads, ffn) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(dim)
         for p in self.parameters():
             if p.dim() >= 2:
@@ -67,17 +71,23 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
-def shard(model, checkpoint=True):
+def shard(model, checkpoint=True, cpu_offload=False):
     """The baseline's wrapping, in place: per-block activation checkpointing, fully_shard on every
-    block and on the root with bf16 parameters and fp32 gradient reduction. Returns the fused AdamW."""
+    block and on the root with bf16 parameters and fp32 gradient reduction (and CPUOffloadPolicy
+    when asked). Returns the fused AdamW (on the CPU when offloaded; PyTorch's plain AdamW where its
+    fused one does not take CPU tensors)."""
     if checkpoint:
         for i, blk in enumerate(model.blocks):
             model.blocks[i] = checkpoint_wrapper(blk)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    extra = {"offload_policy": CPUOffloadPolicy()} if cpu_offload else {}
     for blk in model.blocks:
-        fully_shard(blk, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
-    return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+        fully_shard(blk, mp_policy=mp, **extra)
+    fully_shard(model, mp_policy=mp, **extra)
+    try:
+        return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+    except RuntimeError:
+        return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
 
 
 def main():
@@ -88,6 +98,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-checkpoint", action="store_true")
+    ap.add_argument("--cpu-offload", action="store_true", help="CPUOffloadPolicy")
+    for dim in ("layers", "dim", "heads", "ffn", "vocab"):
+        ap.add_argument(f"--{dim}", type=int, help="overrides the preset")
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
@@ -95,11 +108,12 @@ def main():
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(0)
     layers, heads, dim = PRESETS[args.model]
-    vocab = 50304
+    layers, heads, dim = args.layers or layers, args.heads or heads, args.dim or dim
+    ffn, vocab = args.ffn or 4 * dim, args.vocab or 50304
     with torch.device("cuda"):
-        model = GPT(layers, heads, dim, vocab, args.seq)
+        model = GPT(layers, heads, dim, vocab, args.seq, ffn)
     n_params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
-    opt = shard(model, checkpoint=not args.no_checkpoint)
+    opt = shard(model, checkpoint=not args.no_checkpoint, cpu_offload=args.cpu_offload)
 
     gen = torch.Generator(device="cuda").manual_seed(rank)
     tokens = torch.randint(0, vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
@@ -123,6 +137,8 @@ def main():
     result = {
         "system": "pytorch-fsdp2",
         "model": args.model,
+        "shape": {"layers": layers, "dim": dim, "heads": heads, "ffn": ffn, "vocab": vocab},
+        "cpu_offload": args.cpu_offload,
         "gpus": world,
         "batch_per_gpu": args.batch,
         "seq": args.seq,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh end to end with stand-ins for nvidia-smi, mpirun and torch.distributed.run
 # (each records its arguments and writes a made-up run): the flags each system gets with and
-# without RECOMPUTE=0, GEMM_AUTOTUNE=1 and KEEP_BLOCKS=N, the header's mode, rounds alternating which system goes
-# first, and a table.
+# without RECOMPUTE=0, GEMM_AUTOTUNE=1 and KEEP_BLOCKS=N, a shape (LAYERS ... VOCAB), the peer's
+# and bmt-train's offload, MICRO_BATCH, PEER=none and RUN_TIMEOUT, the header's mode, rounds
+# alternating which system goes first, and a table.
 set -euo pipefail
 real_python=$(command -v python3) || { echo "python3 not found: skipped"; exit 77; }
 driver="$(cd "$(dirname "$0")/../../bench" && pwd)/side_by_side.sh"
@@ -20,6 +21,7 @@ STUB
 cat > "$work/bin/mpirun" <<'STUB'
 #!/usr/bin/env bash
 echo "bmt $*" >> "$STAND_IN_LOG"
+[ -n "${STAND_IN_SLEEP:-}" ] && exec sleep "$STAND_IN_SLEEP"
 while [ $# -gt 0 ]; do [ "$1" = --metrics ] && metrics=$2; shift; done
 for step in 1 2 3 4 5 6 7 8; do echo '{"tokens_per_s": 40000, "mfu": 0.3, "mem_peak_bytes": 10737418240}'; done > "$metrics"
 STUB
@@ -67,4 +69,34 @@ echo "$out" | grep -q ", per-block recompute, bmt-train keeps the last 2 block(s
   fail "header with kept blocks"
 grep '^bmt ' "$work/calls" | grep -q -- ' --keep-blocks 2' || fail "bmt-train without --keep-blocks 2: $(cat "$work/calls")"
 grep '^fsdp2 ' "$work/calls" | grep -q -- ' --keep' && fail "FSDP2 given the kept blocks: $(cat "$work/calls")"
+# Any shape for both systems, each system's offload, bmt-train's micro-batches.
+: > "$work/calls"
+out=$(LAYERS=32 DIM=4096 HEADS=32 FFN=16384 VOCAB=50304 PEER_OFFLOAD=1 BMT_OFFLOAD=1 MICRO_BATCH=2 WARMUP=1 \
+      OUT="$work/out5" bash "$driver" /opt/bmt-train gpt2-1.5b 4 1 3 1)
+echo "$out" | grep -q '^# side-by-side: gpt2-1.5b shape (layers 32, dim 4096, heads 32, ffn 16384, vocab 50304), seq 1024' ||
+  fail "header with the shape"
+echo "$out" | grep -q 'FSDP2 with CPUOffloadPolicy, bmt-train --offload, bmt-train micro-batch 2, 1 round(s)' ||
+  fail "header with the offloads"
+for who in bmt fsdp2; do
+  grep "^$who " "$work/calls" | grep -q -- '--model gpt2-1.5b --layers 32 --dim 4096 --heads 32 --ffn 16384 --vocab 50304 ' ||
+    fail "$who without the shape: $(cat "$work/calls")"
+done
+grep '^fsdp2 ' "$work/calls" | grep -q -- ' --warmup 1 --cpu-offload$' || fail "FSDP2 without CPUOffloadPolicy: $(cat "$work/calls")"
+grep '^bmt ' "$work/calls" | grep -q -- '--steps 4 .* --offload --micro-batch 2$' ||
+  fail "bmt-train without --offload --micro-batch 2: $(cat "$work/calls")"
+grep '^fsdp2 ' "$work/calls" | grep -q -- '--offload\|--micro-batch' && fail "FSDP2 given bmt-train's flags: $(cat "$work/calls")"
+
+# bmt-train alone, with the delayed update; a run past RUN_TIMEOUT is ended and shows as failed.
+: > "$work/calls"
+out=$(PEER=none BMT_OFFLOAD=delayed OUT="$work/out6" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+grep -q '^fsdp2 ' "$work/calls" && fail "PEER=none ran FSDP2: $(cat "$work/calls")"
+grep '^bmt ' "$work/calls" | grep -q -- ' --offload --offload-delayed$' || fail "bmt-train without the delayed update"
+echo "$out" | grep -q ', bmt-train --offload --offload-delayed, bmt-train alone, 1 round(s)' || fail "header, bmt-train alone"
+echo "$out" | grep -Eq '^bmt-train +40000 ' || fail "bmt-train row alone"
+start=$SECONDS
+out=$(PEER=none RUN_TIMEOUT=2 STAND_IN_SLEEP=60 OUT="$work/out7" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+[ $((SECONDS - start)) -lt 30 ] || fail "RUN_TIMEOUT=2 took $((SECONDS - start)) s"
+echo "$out" | grep -q 'bmt-train run 1 failed' || fail "a run past RUN_TIMEOUT not reported failed"
+out=$(BMT_OFFLOAD=yes bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1 2>&1) && fail "BMT_OFFLOAD=yes accepted"
+echo "$out" | grep -q "BMT_OFFLOAD: expected 0, 1 or delayed, found 'yes'" || fail "BMT_OFFLOAD=yes: $out"
 echo "side_by_side_driver: ok"
