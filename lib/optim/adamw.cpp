@@ -77,6 +77,11 @@ void AdamW::backward_ends(bool last_micro_batch) {
   if (offloaded_) offloaded_->backward_ends(last_micro_batch);
 }
 
+Tensor AdamW::gradient_sum_squares(std::vector<Tensor>& tensors) {
+  if (offloaded_) return offloaded_->gradient_sum_squares(tensors);
+  return Optimizer::gradient_sum_squares(tensors);
+}
+
 void AdamW::flush() {
   if (offloaded_) offloaded_->flush();
 }

@@ -1,6 +1,7 @@
 #include "bmtrain/optim/memory_estimate.hpp"
 
 #include "bmtrain/runtime/error.hpp"
+#include "offloaded_adamw.hpp"
 
 namespace bmt::optim {
 
@@ -14,7 +15,8 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
   MemoryEstimate e;
   // Where the optimizer is on the device the values are held in f32, as its master weights;
   // offloaded, the device keeps them in the parameters' dtype and the master is on the host.
-  e.device_bytes_per_parameter = (p.offload ? compute_bytes + 4.0 : 16.0) + (p.accumulates && sharded ? 4.0 : 0.0);
+  e.device_bytes_per_parameter = p.offload ? compute_bytes + (p.accumulates ? 4.0 : 0.0) : 16.0;
+  if (p.accumulates && sharded) e.device_bytes_per_parameter += 4.0;
   e.host_bytes_per_parameter = p.offload ? 16.0 : 0.0;
   const double n = static_cast<double>(p.parameters) / p.world_size;
   e.device_state = e.device_bytes_per_parameter * n;
@@ -24,6 +26,10 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
   const double block = static_cast<double>(p.largest_block);
   if (gathers) e.device_buffers += block * compute_bytes * (p.prefetch + 1 + p.kept_blocks);
   if (sharded) e.device_buffers += block * 4.0 * 2;  // the gradient ring's two f32 slots
+  // Offloaded, one step at a time: the gradient shards copied out and not yet given back, the one
+  // the backward writes and the one being reduced.
+  if (p.offload && !p.accumulates)
+    e.device_buffers += block / p.world_size * 4.0 * static_cast<double>(detail::OffloadedAdamW::kGradientsInFlight + 2);
   return e;
 }
 

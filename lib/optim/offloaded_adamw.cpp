@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/optim/host_adamw.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -18,6 +20,26 @@ namespace {
 // Parts of a storage start at multiples of this many elements (256 bytes of f32).
 constexpr std::int64_t kPartAlign = 64;
 constexpr std::size_t kHostAlign = 64;
+
+// The sum of f32 scalars on the device, in f64, as an f32 scalar.
+Tensor sum_in_f64(const std::vector<Tensor>& scalars) {
+  static_assert(sizeof(const float*) == sizeof(std::int64_t), "pointers travel as i64");
+  std::vector<const float*> pointers;
+  for (const Tensor& t : scalars) pointers.push_back(t.data_as<float>());
+  const auto n = static_cast<std::int64_t>(pointers.size());
+  const Tensor table = Tensor::from_host(pointers.data(), {n}, DType::i64);
+  Tensor sum = Tensor::empty({}, DType::f32);
+  const float* const* p = static_cast<const float* const*>(table.data());
+  float* s = sum.data_as<float>();
+  Kokkos::parallel_for(
+      "bmt::offloaded_adamw_sum", Kokkos::RangePolicy<kernels::ExecSpace>(kernels::space(), 0, 1),
+      KOKKOS_LAMBDA(std::int64_t) {
+        double total = 0.0;
+        for (std::int64_t i = 0; i < n; ++i) total += *p[i];
+        s[0] = static_cast<float>(total);
+      });
+  return sum;
+}
 
 }  // namespace
 
@@ -92,7 +114,7 @@ std::pair<std::int64_t, std::int64_t> OffloadedAdamW::part(const Storage& st, in
 }
 
 void OffloadedAdamW::gradient_complete(std::size_t k) {
-  if (armed_) fetch(k);
+  if (armed_) fetch(k, /*release=*/true);
 }
 
 void OffloadedAdamW::backward_ends(bool last_micro_batch) {
@@ -100,10 +122,34 @@ void OffloadedAdamW::backward_ends(bool last_micro_batch) {
   if (!last_micro_batch) return;
   // Storages outside blocks get their gradients until the backward's end.
   for (std::size_t k = 0; k < storages_.size(); ++k)
-    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k);
+    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k, /*release=*/true);
+  while (!in_flight_.empty()) {
+    release(in_flight_.front());
+    in_flight_.pop_front();
+  }
 }
 
-void OffloadedAdamW::fetch(std::size_t k) {
+void OffloadedAdamW::release(std::size_t k) {
+  Storage& st = storages_[k];
+  if (st.fetched_version != st.s->gradient_version()) return;  // written again since: keep it
+  st.s->release_gradient(st.fetched);
+  st.fetched_version = st.s->gradient_version();  // what the exchange buffer holds is still current
+}
+
+Tensor OffloadedAdamW::gradient_sum_squares(std::vector<Tensor>& tensors) {
+  // Sums taken before the gradients went back, in f64 like global_sum_squares' own partial sums;
+  // the gradients still on the device are summed by the caller.
+  std::vector<Tensor> taken;
+  for (Storage& st : storages_) {
+    if (st.sum_squares.defined() && st.fetched_version == st.s->gradient_version())
+      taken.push_back(st.sum_squares);
+    else
+      tensors.push_back(st.s->grad_shard());
+  }
+  return taken.empty() ? Tensor() : sum_in_f64(taken);
+}
+
+void OffloadedAdamW::fetch(std::size_t k, bool release_after) {
   Storage& st = storages_[k];
   ShardedStorage& s = *st.s;
   if (st.write_back_pending) write_back(k);  // the exchange buffer holds values still to go out
@@ -117,6 +163,15 @@ void OffloadedAdamW::fetch(std::size_t k) {
   st.fetched = to_host_.record();
   st.fetched_version = s.gradient_version();
   s.gradient_read(st.fetched);
+  st.sum_squares = Tensor();
+  if (!release_after) return;
+  context().compute_stream().wait(ready);
+  st.sum_squares = global_sum_squares({s.grad_shard()});
+  in_flight_.push_back(k);
+  while (in_flight_.size() > kGradientsInFlight) {
+    release(in_flight_.front());
+    in_flight_.pop_front();
+  }
 }
 
 void OffloadedAdamW::write_back(std::size_t k) {
@@ -181,7 +236,7 @@ void OffloadedAdamW::update(std::size_t k, float grad_scale, float lr, float bia
 void OffloadedAdamW::step(float lr, const GradScale& scale, float bias1, float bias2) {
   Stream& compute = context().compute_stream();
   for (std::size_t k = 0; k < storages_.size(); ++k)
-    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k);
+    if (storages_[k].fetched_version != storages_[k].s->gradient_version()) fetch(k, /*release=*/false);
   // A scale decided on the device comes to the host on the update stream, once the compute stream
   // has it: the updates read it there, and nothing waits on the host.
   const bool on_device = scale.device.defined();

@@ -13,6 +13,13 @@
 //              (ShardedStorage::gradient_read)
 // The host queues all of it and waits for none of it in a step.
 //
+// In the backward that OptimManager runs, a storage's gradient lives on the device only from its
+// reduction to its copy out: its sum of squares (for the global norm) is taken on the device
+// first, and once kGradientsInFlight later storages have been copied out too the shard goes back to
+// the allocator (ShardedStorage::release_gradient), so the device holds a few blocks' gradients at
+// a time instead of 4 bytes a parameter. With accumulated micro-batches the shards live until the
+// last one, as they must.
+//
 // The gradient scale (loss scale, clipping factor, skipping a non-finite step) depends on the
 // global gradient norm, which is known only once the whole backward is: Adam's update is not
 // linear in the gradient, so no storage can be updated before that and scaled afterwards. So the
@@ -24,6 +31,7 @@
 // the host update then runs beside the whole next step, whose gradients are computed at values
 // one update older than the master weights they are applied to.
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,8 +52,13 @@ class OffloadedAdamW {
   OffloadedAdamW(const OffloadedAdamW&) = delete;
   OffloadedAdamW& operator=(const OffloadedAdamW&) = delete;
 
+  // Storages copied out and not yet given back: how many the device holds beside the one in
+  // backward (the oldest's copy has had that many blocks' backward to finish).
+  static constexpr std::size_t kGradientsInFlight = 4;
+
   void backward_begins(bool last_micro_batch) { armed_ = last_micro_batch; }
   void backward_ends(bool last_micro_batch);
+  Tensor gradient_sum_squares(std::vector<Tensor>& tensors);
   void step(float lr, const GradScale& scale, float bias1, float bias2);
   void flush();
   std::vector<std::pair<std::string, Tensor>> state_of(std::size_t k);
@@ -67,12 +80,16 @@ class OffloadedAdamW {
     std::uint64_t fetched_version = ~std::uint64_t{0};  // gradient version in the exchange buffer
     Event fetched, updated, written;                    // the copy in, the update, the copy out
     bool write_back_pending = false;                    // delayed: updated, not yet copied back
+    Tensor sum_squares;  // of the gradient copied out, taken before it was given back (f32 scalar)
   };
   static HostArray host_array(std::int64_t n);
   // Part p of storage k's elements, for the pool's thread p.
   std::pair<std::int64_t, std::int64_t> part(const Storage& st, int p) const;
   void gradient_complete(std::size_t k);
-  void fetch(std::size_t k);
+  // Queues the copy of storage k's gradient to the host; `release`: take its sum of squares and
+  // give its device memory back once kGradientsInFlight later ones are copied too.
+  void fetch(std::size_t k, bool release);
+  void release(std::size_t k);
   void write_back(std::size_t k);
   void update(std::size_t k, float grad_scale, float lr, float bias1, float bias2);
 
@@ -83,6 +100,7 @@ class OffloadedAdamW {
   std::unique_ptr<memory::PinnedBuffer> scale_host_;  // a device gradient scale, copied for the updates
   std::vector<std::pair<Tensor, Event>> scales_in_flight_;  // kept until copied
   bool armed_ = false;  // in the last micro-batch's backward
+  std::deque<std::size_t> in_flight_;  // copied out, their gradient not given back yet
   std::size_t host_bytes_ = 0;
 };
 

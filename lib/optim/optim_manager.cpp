@@ -7,6 +7,7 @@
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
 #include "bmtrain/kernels/math.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/runtime/context.hpp"
@@ -16,16 +17,18 @@
 namespace bmt::optim {
 
 Tensor global_grad_norm_squared(const std::vector<Optimizer*>& optimizers) {
-  std::vector<Tensor> grads;
+  std::vector<Tensor> grads, taken;
   for (auto* o : optimizers) {
     o->settle();
-    for (auto& g : o->gradient_shards()) grads.push_back(g);
+    const Tensor sum = o->gradient_sum_squares(grads);
+    if (sum.defined()) taken.push_back(sum);
   }
   // This rank's sum of squares, summed over ranks on the compute stream's communicator. Each rank's
   // sum is accurate to its last bit (f64 accumulation), so the ranks' sums add up to the 1-rank
   // value within one rounding per rank.
   auto& ctx = context();
-  const Tensor sq = global_sum_squares(grads);
+  Tensor sq = global_sum_squares(grads);
+  for (const Tensor& t : taken) sq = kernels::binary(kernels::BinaryOp::add, sq, t);
   ctx.world_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
   return sq;
 }

@@ -66,6 +66,11 @@ void Optimizer::settle() {
   for (auto* s : storages_) s->settle();
 }
 
+Tensor Optimizer::gradient_sum_squares(std::vector<Tensor>& tensors) {
+  for (auto& g : gradient_shards()) tensors.push_back(g);
+  return Tensor();
+}
+
 std::vector<Tensor> Optimizer::gradient_shards() const {
   std::vector<Tensor> out;
   for (auto* s : storages_) out.push_back(s->grad_shard());

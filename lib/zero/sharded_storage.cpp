@@ -340,6 +340,21 @@ void ShardedStorage::gradient_complete() {
   if (listener_) listener_(*this);
 }
 
+void ShardedStorage::release_gradient(const Event& after) {
+  BMT_REQUIRE(!grads_own_ || std::none_of(entries_.begin(), entries_.end(),
+                                          [](const Entry& e) { return e.parameter.impl()->grad != nullptr; }),
+              "ShardedStorage '" << name_ << "': expected its gradients unbound to give the gradient shard back, "
+                                             "found them bound");
+  settle();
+  context().compute_stream().wait(after);
+  grad_shard_ = Tensor();
+  incoming_ = Tensor();
+  grad_dirty_ = grad_stale_ = padding_written_ = false;
+  for (auto& e : entries_) e.grad_unwritten = false;  // a new shard starts as zeros
+  gradient_read_ = Event();
+  ++gradient_version_;
+}
+
 Event ShardedStorage::gradient_ready() {
   Stream& compute = context().compute_stream();
   const bool reduced_only = !whole() && grad_dirty_ && !incoming_pending_ && !grad_stale_ &&

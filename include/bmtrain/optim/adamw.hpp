@@ -6,8 +6,9 @@
 //
 // With `offload`, master weights and moments live in host memory and a pool of host threads updates
 // them, storage by storage as the gradients arrive (lib/optim/offloaded_adamw.hpp says how the
-// copies and updates overlap the step): the device holds only the values in the parameters' dtype
-// and the f32 gradient shard, 6 bytes a parameter for bf16 (/ N), and the host 16.
+// copies and updates overlap the step): the device holds the values in the parameters' dtype, 2
+// bytes a parameter for bf16 (/ N), and each gradient shard only from its reduction to its copy
+// out; the host 16.
 #include <memory>
 
 #include "bmtrain/optim/optimizer.hpp"
@@ -45,6 +46,7 @@ class AdamW final : public Optimizer {
   void backward_begins(bool last_micro_batch) override;
   void backward_ends(bool last_micro_batch) override;
   void flush() override;
+  Tensor gradient_sum_squares(std::vector<Tensor>& tensors) override;
   std::string name() const override;
   float learning_rate() const override { return options_.lr; }
   std::vector<std::pair<std::string, Tensor>> state_of(const ShardedStorage& s) const override;

@@ -8,9 +8,11 @@
 //   on the device                         f32 and bf16/f16 parameters alike
 //     AdamW                               16: 4 values (f32: they are the master weights) + 4 f32
 //                                         gradient + 4 + 4 moments
-//     AdamW offloaded                     2 + 4 (bf16/f16) or 4 + 4 (f32): values in the parameters'
-//                                         dtype + f32 gradient
-//     + accumulated micro-batches, N > 1  4: the reduction of a later micro-batch lands beside the sum
+//     AdamW offloaded                     2 (bf16/f16) or 4 (f32): the values in the parameters' dtype;
+//                                         a gradient lives on the device only from its reduction to its
+//                                         copy to the host (a few blocks' at a time: buffers)
+//     + accumulated micro-batches         the f32 gradient where it is not there already (offloaded: 4)
+//                                         and, N > 1, 4: a later micro-batch's reduction beside the sum
 //   on the host, AdamW offloaded          16: 4 master + 4 + 4 moments + 4 pinned exchange buffer (the
 //                                         gradient comes in, the updated values go out)
 #include <cstdint>

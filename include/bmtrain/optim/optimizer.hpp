@@ -60,6 +60,11 @@ class Optimizer {
   void settle();
   const std::vector<ShardedStorage*>& storages() const { return storages_; }
   std::vector<Tensor> gradient_shards() const;
+  // What this rank's gradients contribute to the squared global norm: the tensors whose squares
+  // are still to be summed go into `tensors` (by default every gradient shard), and a sum of squares
+  // taken already (an f32 scalar on the device, from gradients no longer on the device: the
+  // offloaded AdamW's) is returned, or an undefined tensor.
+  virtual Tensor gradient_sum_squares(std::vector<Tensor>& tensors);
   std::int64_t step_count() const { return steps_; }
   void set_step_count(std::int64_t steps) { steps_ = steps; }
 

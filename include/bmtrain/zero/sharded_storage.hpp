@@ -126,6 +126,11 @@ class ShardedStorage {
   // own event where nothing is left to fold in, else the compute stream's after the fold (and the
   // zeros for parts no gradient reached).
   Event gradient_ready();
+  // Gives the gradient shard's memory back once `after` (its last reader outside the compute
+  // stream's order: an offloaded optimizer's copy to the host) is done; the next gradient written
+  // or read gets a new shard. The compute stream waits for `after` here, which orders the
+  // allocator's reuse of the memory after that read.
+  void release_gradient(const Event& after);
   // Counts the changes to the gradient shard (a reduction, a backward writing it, zero_grad): a
   // copy taken at one version is out of date at another.
   std::uint64_t gradient_version() const { return gradient_version_; }
