@@ -58,7 +58,7 @@ Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context
 
 Trainer::~Trainer() = default;
 
-// The configuration every rank must share, checked on every rank.
+// The configuration every rank must share, checked on every rank; the checkpoint root, claimed.
 void Trainer::configure() {
   agreed([&] {
     cfg_ = o_.model_config();
@@ -85,6 +85,18 @@ void Trainer::configure() {
   bmt::agree_on_configuration(shared_description(o_, cfg_) + "; resume_from=" + facts_.resumed_from + "; " +
                               bmt::build_description());
   agreed([&] { fault_ = FaultInjection::from_environment(); });
+  // The checkpoint root first: a job that would share it with another is told so before anything
+  // else. The lock is held until the job ends: a second job saving into the root would delete
+  // this one's steps.
+  if (!o_.save.empty()) {
+    agreed([&] {
+      checkpoints_.emplace(o_.save, o_.keep_last);
+      if (bmt::rank() == 0) {
+        check_writable_root(o_.save);
+        save_lock_ = std::make_unique<bmt::io::DirectoryLock>(o_.save, "--save");
+      }
+    });
+  }
 }
 
 // Where the --resume checkpoint stands, checked against its marker and this run before any tensor
@@ -178,7 +190,8 @@ void Trainer::resume() {
   bmt::random::set_key_counter(resumed_.key_counter);
 }
 
-// The metrics file and checkpoint root, checked before the first step; the token staging ring.
+// The metrics file, the loss curve's and the timeline's paths, checked before the first step; the token
+// staging ring.
 void Trainer::open_outputs() {
   agreed([&] {
     log_ = std::make_unique<StepLog>(o_, facts_.start_step);
@@ -188,10 +201,6 @@ void Trainer::open_outputs() {
     // The export is written at the end; whether its directory takes files is known now.
     if (!o_.export_hf.empty() && bmt::rank() == 0)
       check_output_file("--export-hf", o_.export_hf + "/config.json", /*create_parents=*/true);
-    if (!o_.save.empty()) {
-      checkpoints_.emplace(o_.save, o_.keep_last);
-      if (bmt::rank() == 0) check_writable_root(o_.save);
-    }
   });
   // The loss is read from the device (a host wait) and averaged over ranks (a collective) only on
   // steps that print or record it. Rank 0 prints and writes the metrics, so its --log-every and

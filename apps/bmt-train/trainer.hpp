@@ -3,6 +3,7 @@
 // model, optimizer), resume, then per step the step itself, evaluation, the log and checkpoints.
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/io/checkpoint_dir.hpp>
+#include <bmtrain/io/directory_lock.hpp>
 #include <bmtrain/io/token_loader.hpp>
 
 #include <cstdint>
@@ -64,6 +65,7 @@ class Trainer {
   std::unique_ptr<bmt::optim::OptimManager> manager_;
   std::optional<bmt::io::TokenLoader> loader_, val_loader_;
   std::optional<bmt::io::CheckpointDir> checkpoints_;
+  std::unique_ptr<bmt::io::DirectoryLock> save_lock_;  // rank 0: this job alone saves into --save
   std::unique_ptr<StepLog> log_;
   std::unique_ptr<TokenStaging> staging_;
   std::int64_t loss_every_ = 1;  // steps between reads of the loss (a host wait and a collective)

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <filesystem>
 
 #include "bmtrain/io/checkpoint_dir.hpp"
 #include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/directory_lock.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/io/training_state.hpp"
@@ -271,4 +273,23 @@ TEST(CollectiveStatus, OneRanksErrorIsEveryRanksError) {
   // The lowest failing rank's message wins, on every rank.
   const std::string both = error_of([&] { bmt::io::agree_on_errors(MPI_COMM_NULL, "rank " + std::to_string(bmt::rank())); });
   EXPECT_EQ(both, "rank 0 (on rank 0 of " + std::to_string(bmt::world_size()) + ")");
+}
+
+// A second holder of a directory's lock, even in this process (open-file-description locks), is
+// refused with the first one's host and pid; once the first lets go, the next takes it.
+TEST(DirectoryLock, OneHolderAtATime) {
+  SharedTempDir tmp;
+  const std::string dir = tmp / ("lock-" + std::to_string(bmt::rank()));
+  fs::create_directories(dir);
+  {
+    bmt::io::DirectoryLock first(dir, "--save");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    EXPECT_THAT(error_of([&] { bmt::io::DirectoryLock second(dir, "--save"); }),
+                HasSubstr("--save '" + dir + "': expected no other job using it, found one holding its lock '" + dir +
+                          "/.lock': host " + host + ", pid " + std::to_string(::getpid()) + " (since "));
+  }
+  bmt::io::DirectoryLock again(dir, "--save");  // the file stays; its lock went with its holder
+  EXPECT_THAT(error_of([&] { bmt::io::DirectoryLock l(tmp / "no-such-dir", "--save"); }),
+              HasSubstr("cannot open its lock file"));
 }

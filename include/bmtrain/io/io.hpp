@@ -4,6 +4,7 @@
 // on-disk layout, docs/MODELS.md the Hugging Face one.
 #include "bmtrain/io/checkpoint_dir.hpp"
 #include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/io/directory_lock.hpp"
 #include "bmtrain/io/hf_checkpoint.hpp"
 #include "bmtrain/io/hf_config.hpp"
 #include "bmtrain/io/json_file.hpp"
