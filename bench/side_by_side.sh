@@ -30,6 +30,11 @@
 # memory). BMT_OFFLOAD=1 runs bmt-train with --offload, BMT_OFFLOAD=delayed with --offload
 # --offload-delayed. MICRO_BATCH=N runs bmt-train with --micro-batch N (sequences per rank per
 # forward; FSDP2 takes the whole batch in one). PEER=none runs bmt-train alone.
+# PEER=hf-llama runs FSDP2 on transformers' LlamaForCausalLM (bench/peers/fsdp2_hf_llama.py: sdpa
+# attention, fully_shard per decoder layer, transformers' per-layer checkpointing) for the released
+# Llama presets (MODEL tinyllama-1.1b, llama3.2-1b, llama2-7b or llama3-8b); it needs transformers.
+# SEQ=N (default 1024): tokens per sequence in both systems.
+# BMT_ARGS="..." adds these bmt-train flags (e.g. --loss-chunk 2048), and the header names them.
 # WARMUP=N (default 5): steps each system runs before the measured ones (and the table skips).
 # RUN_TIMEOUT=S ends each system's run after S seconds (it then shows as failed in the table).
 set -euo pipefail
@@ -37,7 +42,7 @@ bmt=$1; model=${2:-gpt2-1.5b}; batch=${3:-16}; gpus=${4:-$(nvidia-smi -L | wc -l
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0
-seq=1024
+seq=${SEQ:-1024}
 warmup=${WARMUP:-5}
 shape_flags=(); shape=""
 for dim in LAYERS DIM HEADS FFN VOCAB; do
@@ -66,9 +71,12 @@ if [ -n "${MICRO_BATCH:-}" ]; then
 fi
 peer=${PEER:-fsdp2}
 case "$peer" in
-  fsdp2) ;;
+  fsdp2) peer_script=fsdp2_gpt.py ;;
+  hf-llama)
+    peer_script=fsdp2_hf_llama.py; mode="$mode, FSDP2 on transformers' LlamaForCausalLM"
+    [ -z "$shape" ] || { echo "PEER=hf-llama: expected a released preset's shape, found overrides ($shape)" >&2; exit 2; } ;;
   none) mode="$mode, bmt-train alone" ;;
-  *) echo "PEER: expected fsdp2 or none, found '$peer'" >&2; exit 2 ;;
+  *) echo "PEER: expected fsdp2, hf-llama or none, found '$peer'" >&2; exit 2 ;;
 esac
 if [ "${KEEP_ATTENTION:-0}" = 1 ]; then
   mode="$mode, bmt-train keeps attention outputs"; bmt_flags+=(--keep-attention)
@@ -78,6 +86,10 @@ if [ "${KEEP_RESIDUAL:-0}" = 1 ]; then
 fi
 if [ "${KEEP_BLOCKS:-0}" != 0 ]; then
   mode="$mode, bmt-train keeps the last $KEEP_BLOCKS block(s)' activations"; bmt_flags+=(--keep-blocks "$KEEP_BLOCKS")
+fi
+if [ -n "${BMT_ARGS:-}" ]; then
+  read -r -a extra <<< "$BMT_ARGS"
+  mode="$mode, bmt-train $BMT_ARGS"; bmt_flags+=("${extra[@]}")
 fi
 limit=()
 [ -n "${RUN_TIMEOUT:-}" ] && limit=(timeout -k 10 "$RUN_TIMEOUT")
@@ -96,7 +108,7 @@ sampled() {
   wait "$smi" 2>/dev/null || true
 }
 run_fsdp2() {
-  sampled "fsdp2.$1" python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/fsdp2_gpt.py" \
+  sampled "fsdp2.$1" python3 -m torch.distributed.run --standalone --nproc_per_node="$gpus" "$here/peers/$peer_script" \
     --model "$model" "${shape_flags[@]}" --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" \
     "${fsdp2_flags[@]}" \
     > "$out/fsdp2.$1.json" 2> "$out/fsdp2.$1.log"
