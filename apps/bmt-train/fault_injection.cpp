@@ -51,7 +51,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   f.kind_ = f.point_ != Point::none ? Kind::kill : name == "nan-loss" ? Kind::nan_loss : name == "inf-loss" ? Kind::inf_loss : Kind::none;
   for (const auto& [fault, point, limit] : {std::tuple{"disk-full", Point::save_begun, 4096},
                                             std::tuple{"disk-full-metrics", Point::metrics_record, 4096},
-                                            std::tuple{"disk-full-plot", Point::plot, 256}})
+                                            std::tuple{"disk-full-plot", Point::plot, 256},
+                                            std::tuple{"disk-full-timeline", Point::timeline, 256}})
     if (name == fault) {
       f.kind_ = Kind::disk_full;
       f.point_ = point;
@@ -61,8 +62,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   BMT_REQUIRE(f.kind_ != Kind::none && read_number(step_text, f.step_) && f.step_ > 0 && read_number(rank_text, rank) &&
                   rank < (1 << 30),
               "BMT_TRAIN_FAULT: expected <fault>:<step>[:<rank>] with fault kill-step, kill-save-begun, kill-save-model, "
-              "kill-save-files, disk-full, disk-full-metrics, disk-full-plot, nan-loss or inf-loss and a step > 0, "
-              "found '"
+              "kill-save-files, disk-full, disk-full-metrics, disk-full-plot, disk-full-timeline, nan-loss or "
+              "inf-loss and a step > 0, found '"
                   << spec << "'");
   f.rank_ = static_cast<int>(rank);
   return f;

@@ -16,6 +16,8 @@
 //                     crosses 4 KiB of the file is cut off there, and later ones fail whole
 //   disk-full-plot    the same, at 256 bytes, before the loss curve is drawn after step <step> (the
 //                     last step): every picture is larger
+//   disk-full-timeline the same, at 256 bytes, before rank <rank> writes its --timeline trace after
+//                     step <step> (the last step): every trace is larger
 //   nan-loss          the loss of step <step> on that rank is multiplied by NaN (so are its gradients)
 //   inf-loss          the same with +infinity
 #include <cstdint>
@@ -25,7 +27,8 @@ namespace bmt_train {
 
 class FaultInjection {
  public:
-  enum class Point { none, after_backward, save_begun, save_model_written, save_files_written, metrics_record, plot };
+  enum class Point { none, after_backward, save_begun, save_model_written, save_files_written, metrics_record, plot,
+                     timeline };
 
   // Reads BMT_TRAIN_FAULT; throws bmt::Error for a value it cannot read.
   static FaultInjection from_environment();

@@ -3,16 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <vector>
 
 #include <bmtrain/runtime/error.hpp>
+
+#include "output_files.hpp"
 
 namespace bmt_train {
 
@@ -62,11 +61,7 @@ void plot_loss_curve(const std::string& metrics_jsonl, const std::string& svg_pa
   y0 -= pad;
   y1 += pad;
 
-  // Written beside the picture and renamed over it once whole: a failed write leaves no partial
-  // (or empty) picture.
-  const std::string temp = svg_path + ".tmp";
-  std::ofstream out(temp, std::ios::trunc);
-  BMT_REQUIRE(out, "--plot: cannot write '" << temp << "': " << std::strerror(errno));
+  std::ostringstream out;
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='720' height='380' font-family='sans-serif' font-size='12'>\n"
       << "<rect width='720' height='380' fill='white'/>\n"
       << "<text x='360' y='18' text-anchor='middle' font-size='14'>" << title << "</text>\n"
@@ -89,15 +84,7 @@ void plot_loss_curve(const std::string& metrics_jsonl, const std::string& svg_pa
   out << "<text x='80' y='46' fill='#1f77b4'>train loss</text>";
   if (!eval.empty()) out << "<text x='160' y='46' fill='#d62728'>eval loss</text>";
   out << "\n</svg>\n";
-  out.close();
-  const int err = errno;
-  if (!out) {
-    std::remove(temp.c_str());
-    BMT_REQUIRE(false, "--plot '" << svg_path << "': writing the loss curve failed: " << std::strerror(err)
-                                  << " (a full disk, or a file size limit?); no picture was written");
-  }
-  BMT_REQUIRE(std::rename(temp.c_str(), svg_path.c_str()) == 0,
-              "--plot: cannot rename '" << temp << "' to '" << svg_path << "': " << std::strerror(errno));
+  write_output_file("--plot", svg_path, "the loss curve", out.str());
 }
 
 }  // namespace bmt_train

@@ -409,6 +409,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     BMT_REQUIRE(!o.val_data.empty(), "--eval-only: expected --val-data token files to evaluate on, found none");
     for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--export-hf", o.export_hf}})
       BMT_REQUIRE(value.empty(), "--eval-only: expected nothing saved, found " << flag << " " << value);
+    // Outputs of training: an evaluation would leave them unwritten.
+    for (const auto& [flag, value] : {std::pair{"--plot", o.plot}, std::pair{"--timeline", o.timeline}})
+      BMT_REQUIRE(value.empty(), "--eval-only: expected only the evaluation's outputs (--metrics, --eval-logits), found "
+                                     << flag << " " << value);
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #include "output_files.hpp"
 
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/atomic_file.hpp>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,6 +28,16 @@ void check_output_file(const std::string& flag, const std::string& path, bool cr
   BMT_REQUIRE(fd >= 0, flag << ": cannot write '" << path << "': " << std::strerror(errno));
   ::close(fd);
   if (created) ::unlink(path.c_str());
+}
+
+void write_output_file(const std::string& flag, const std::string& path, const std::string& what,
+                       std::string_view bytes) {
+  try {
+    bmt::io::write_file_atomic(path, bytes);
+  } catch (const bmt::Error& e) {
+    BMT_REQUIRE(false, flag << " '" << path << "': cannot write " << what << ": " << e.what() << "; '" << path
+                            << "' is left as it was");
+  }
 }
 
 }  // namespace bmt_train

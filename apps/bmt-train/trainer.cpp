@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "checkpoint_paths.hpp"
 #include "output_files.hpp"
@@ -54,6 +53,12 @@ Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context
   }
   print_banner(o_, cfg_, facts_);
   if (!o_.eval_only) open_outputs();
+  else
+    agreed([&] {  // what an evaluation writes, checked before it starts
+      if (bmt::rank() != 0) return;
+      if (!o_.metrics.empty()) check_output_file("--metrics", o_.metrics);
+      if (!o_.eval_logits.empty()) check_output_file("--eval-logits", o_.eval_logits);
+    });
 }
 
 Trainer::~Trainer() = default;
@@ -292,10 +297,8 @@ int Trainer::evaluate_only() {
         const auto logits = model_->logits(tokens).to_host_floats();
         agreed([&] {  // a failed write ends every rank
           if (bmt::rank() != 0) return;
-          std::ofstream out(o_.eval_logits, std::ios::binary | std::ios::trunc);
-          out.write(reinterpret_cast<const char*>(logits.data()),
-                    static_cast<std::streamsize>(o_.seq * cfg_.vocab * sizeof(float)));
-          BMT_REQUIRE(out.good(), "--eval-logits: cannot write '" << o_.eval_logits << "'");
+          write_output_file("--eval-logits", o_.eval_logits, "the logits",
+                            {reinterpret_cast<const char*>(logits.data()), o_.seq * cfg_.vocab * sizeof(float)});
         });
       }
       sum += model_->loss(tokens, targets).to_host_floats()[0];
@@ -315,14 +318,11 @@ int Trainer::evaluate_only() {
     bmt::print_rank("eval: ", left, " sequence(s) at the end of --val-data left out (fewer than a --batch)");
   agreed([&] {  // a failed write ends every rank
     if (o_.metrics.empty() || bmt::rank() != 0) return;
-    std::ofstream out(o_.metrics, std::ios::trunc);
-    out << nlohmann::json{{"eval_loss", loss},
-                          {"perplexity", std::exp(loss)},
-                          {"sequences", sequences},
-                          {"tokens", sequences * static_cast<std::uint64_t>(o_.seq)}}
-               .dump()
-        << "\n";
-    BMT_REQUIRE(out.good(), "--metrics: cannot write '" << o_.metrics << "'");
+    const nlohmann::json record = {{"eval_loss", loss},
+                                   {"perplexity", std::exp(loss)},
+                                   {"sequences", sequences},
+                                   {"tokens", sequences * static_cast<std::uint64_t>(o_.seq)}};
+    write_output_file("--metrics", o_.metrics, "the evaluation's record", record.dump() + "\n");
   });
   return 0;
 }
@@ -398,6 +398,7 @@ int Trainer::run() {
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
   if (!o_.timeline.empty()) {
+    fault_.at(FaultInjection::Point::timeline, o_.steps);
     agreed([&] { bmt::timeline::write(); });
     bmt::print_rank("timeline: ", bmt::timeline::rank_path(o_.timeline, 0), " (one file per rank)");
   }

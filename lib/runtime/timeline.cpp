@@ -8,8 +8,11 @@
 // live timing events stays near the number of spans in flight.
 #include "bmtrain/runtime/timeline.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -250,10 +253,20 @@ void write() {
   const auto dir = std::filesystem::path(out).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);  // an error shows when opening
-  std::ofstream f(out, std::ios::trunc);
+  // Written beside its path and renamed over it once whole: a failed write (a full disk) leaves no
+  // trace cut short, which a viewer would reject as a whole.
+  const std::string temp = out + ".tmp";
+  std::ofstream f(temp, std::ios::trunc);
   f << trace.dump() << '\n';
   f.close();
-  BMT_REQUIRE(f, "timeline: cannot write '" << out << "' (a missing directory, no permission, a full disk?)");
+  const int err = errno;
+  if (!f) {
+    std::remove(temp.c_str());
+    BMT_REQUIRE(false, "timeline: cannot write '" << out << "': " << std::strerror(err)
+                                                  << " (a missing directory, no permission, a full disk?)");
+  }
+  BMT_REQUIRE(std::rename(temp.c_str(), out.c_str()) == 0,
+              "timeline: cannot rename '" << temp << "' to '" << out << "': " << std::strerror(errno));
   if (s.dropped > 0)
     warn("timeline: ", s.dropped, " spans after the first ", kMaxSpans, " were not recorded (", out, ")");
 }

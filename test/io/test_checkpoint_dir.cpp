@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "bmtrain/io/atomic_file.hpp"
 #include "bmtrain/io/checkpoint_dir.hpp"
 #include "bmtrain/io/collective_status.hpp"
 #include "bmtrain/io/directory_lock.hpp"
@@ -249,6 +252,43 @@ TEST(TrainingState, RoundTripAndValidation) {
               HasSubstr("expected a non-negative integer 'step', found none"));
   EXPECT_THAT(error_of([&] { bmt::io::load_training_state(tmp / "future.json"); }),
               HasSubstr("expected format 1, found 2"));
+}
+
+// A write that fails part way (a file size limit, as a full disk) leaves the previous file whole
+// and no temporary; a device is written in place, not replaced.
+TEST(AtomicFile, FailedWriteLeavesThePreviousFile) {
+  SharedTempDir tmp;
+  if (bmt::rank() != 0) return;
+  const std::string path = tmp / "curve.svg";
+  const auto content = [&] {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream os;
+    os << in.rdbuf();
+    return os.str();
+  };
+  bmt::io::write_file_atomic(path, "first");
+  EXPECT_EQ(content(), "first");
+  rlimit saved{};
+  auto* previous = signal(SIGXFSZ, SIG_IGN);
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit limit = saved;
+  limit.rlim_cur = 100;
+  setrlimit(RLIMIT_FSIZE, &limit);
+  const std::string message = error_of([&] { bmt::io::write_file_atomic(path, std::string(1000, 'x')); });
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, previous);
+  EXPECT_THAT(message, HasSubstr("writing 1000 bytes to '" + path + ".tmp' failed after 100 bytes: File too large"));
+  EXPECT_EQ(content(), "first");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  bmt::io::write_file_atomic(path, "second");
+  EXPECT_EQ(content(), "second");
+  EXPECT_THAT(error_of([&] { bmt::io::write_file_atomic(tmp / "no/such/dir.svg", "x"); }),
+              HasSubstr("cannot create '" + (tmp / "no/such/dir.svg.tmp") + "': No such file or directory"));
+  bmt::io::write_file_atomic("/dev/null", "discarded");
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_FALSE(fs::exists("/dev/null.tmp"));
+  EXPECT_THAT(error_of([&] { bmt::io::write_file_atomic("/dev/full", "x"); }),
+              HasSubstr("writing 1 bytes to '/dev/full' failed after 0 bytes: No space left on device"));
 }
 
 TEST(JsonFile, AtomicWriteReplacesAndLeavesNoTemporary) {

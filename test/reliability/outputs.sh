@@ -5,8 +5,11 @@
 # warned. Every write of a file the user asked for is checked: a metrics record that fills the disk
 # (a file size limit, BMT_TRAIN_FAULT=disk-full-metrics) ends the job with exit 2 and one line naming
 # the file and the step, and the file keeps whole JSON lines (it once stopped mid-record while the
-# job exited 0); a loss curve that cannot be written ends it the same way and leaves no picture
-# (once an empty one).
+# job exited 0); a loss curve or a timeline trace that cannot be written ends it the same way and
+# leaves no file (once an empty picture, or a trace cut short). An evaluation (--eval-only) checks its
+# --metrics and --eval-logits at startup (once only after evaluating) and every write of them (its
+# metrics record on a full disk once exited 0), and refuses the outputs of training it would leave
+# unwritten (--timeline was ignored).
 # Usage: outputs.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
@@ -42,9 +45,37 @@ whole_lines "$work/full.jsonl" || fail "metrics on a full disk: the file does no
 
 JOB_ENV="BMT_TRAIN_FAULT=disk-full-plot:5" job 2 "${tiny[@]}" --steps 5 --metrics "$work/p.jsonl"
 expect_failure "a loss curve on a full disk (was an empty picture, exit 0)" 2 \
-  "bmt-train: error: --plot '$work/p.svg': writing the loss curve failed: File too large \(a full disk, or a file size limit\?\); no picture was written" 60
+  "bmt-train: error: --plot '$work/p.svg': cannot write the loss curve: writing [0-9]+ bytes to '$work/p.svg.tmp' failed after 256 bytes: File too large; '$work/p.svg' is left as it was" 60
 [ ! -e "$work/p.svg" ] && [ ! -e "$work/p.svg.tmp" ] || fail "a loss curve on a full disk: a picture (or its temporary) was left"
 whole_lines "$work/p.jsonl" && [ "$(wc -l <"$work/p.jsonl")" -eq 5 ] || fail "a loss curve on a full disk: the metrics lost records"
+
+JOB_ENV="BMT_TRAIN_FAULT=disk-full-timeline:5:1" job 2 "${tiny[@]}" --steps 5 --timeline "$work/tl/t.json"
+expect_failure "a timeline trace on a full disk (was a trace cut short)" 2 \
+  "bmt-train: error: timeline: cannot write '$work/tl/t.rank1.json': File too large" 60
+[ ! -e "$work/tl/t.rank1.json" ] && [ ! -e "$work/tl/t.rank1.json.tmp" ] || fail "a timeline on a full disk: a trace (or its temporary) was left"
+[ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "a timeline on a full disk: expected exactly one error line"
+
+# An evaluation's outputs: 600 tokens of validation data, named as nanoGPT names them.
+for ((i = 0; i < 600; i++)); do printf "$(printf '\\%03o\\000' $((i * 7 % 256)))"; done >"$work/val.bin"
+eval=("${tiny[@]}" --eval-only --val-data "$work/val.bin")
+bad "--eval-only --metrics in a missing directory (was refused after evaluating)" \
+  "--metrics: cannot write '$work/missing/e.jsonl': No such file or directory" "${eval[@]}" --metrics "$work/missing/e.jsonl"
+grep -q "^eval:" <<<"$out" && fail "--eval-only --metrics in a missing directory: expected no evaluation, found one"
+bad "--eval-only --eval-logits in a missing directory (was refused after the first forward)" \
+  "--eval-logits: cannot write '$work/missing/l.bin': No such file or directory" "${eval[@]}" --eval-logits "$work/missing/l.bin"
+bad "--eval-only --metrics on a full device (was exit 0, nothing written)" \
+  "--metrics '/dev/full': cannot write the evaluation's record: writing [0-9]+ bytes to '/dev/full' failed after 0 bytes: No space left on device" \
+  "${eval[@]}" --metrics /dev/full
+bad "--eval-only --eval-logits on a full device" \
+  "--eval-logits '/dev/full': cannot write the logits: writing 32768 bytes to '/dev/full' failed after 0 bytes: No space left on device" \
+  "${eval[@]}" --eval-logits /dev/full
+bad "--eval-only --timeline (was ignored)" \
+  "--eval-only: expected only the evaluation's outputs \(--metrics, --eval-logits\), found --timeline $work/e.json" \
+  "${eval[@]}" --timeline "$work/e.json"
+job 2 "${eval[@]}" --metrics "$work/e.jsonl" --eval-logits "$work/e.bin"
+expect_success "an evaluation's outputs"
+whole_lines "$work/e.jsonl" && [ "$(wc -l <"$work/e.jsonl")" -eq 1 ] || fail "an evaluation's outputs: expected one whole JSON line"
+[ "$(stat -c %s "$work/e.bin")" -eq $((32 * 256 * 4)) ] || fail "an evaluation's outputs: expected 32 x 256 f32 logits"
 
 # The control: every output written.
 job 2 "${tiny[@]}" --steps 5 --metrics "$work/ok.jsonl" --plot "$work/ok.svg" --timeline "$work/trace/t.json"
