@@ -163,8 +163,10 @@ void StepLog::print(const StepRecord& r) const {
 
 void StepLog::finish(const std::string& title, double entropy_rate) {
   if (fd_ < 0) return;
-  ::close(fd_);
+  // close() can report a deferred write error (NFS): records that did not close are not trusted.
+  const int closed = ::close(fd_);
   fd_ = -1;
+  BMT_REQUIRE(closed == 0, "--metrics '" << o_.metrics << "': closing the file failed: " << std::strerror(errno));
   const std::string svg = plot_path(o_);
   plot_loss_curve(o_.metrics, svg, title, entropy_rate);
   bmt::print_rank("loss curve: ", svg);
