@@ -63,28 +63,28 @@ bmt_run 3 | grep -q -- '--batch 32 .* --offload --micro-batch 8$' || fail "row o
 bmt_run 4 | grep -q -- '--batch 32 .*--metrics [^ ]* --micro-batch 8$' || fail "row plain32: $(bmt_run 4)"
 bmt_run 5 | grep -q -- '--batch 8 .* --offload --offload-delayed$' || fail "row delayed: $(bmt_run 5)"
 
-row() { echo "$out" | grep -E "^$1 +$2 " || fail "no row '$1 $2'"; }
+row() { grep -E "^$1 +$2 " <<< "$out" || fail "no row '$1 $2'"; }
 row "no offload, batch 8" pytorch-fsdp2 | grep -Eq ' 0\.82 +10000 +41\.0% +101\.0$' || fail "FSDP2 row"
 row "no offload, batch 8" bmt-train | grep -Eq ' 0\.74 +11000 +45\.0% +95\.0$' || fail "bmt-train row"
 row "offload, batch 8" pytorch-fsdp2 | grep -Eq ' 10\.24 +800 +3\.3% +25\.0$' || fail "FSDP2 offload row"
 row "offload, batch 8" bmt-train | grep -Eq ' 2\.05 +4000 .* 28\.0$' || fail "bmt-train offload row"
 row "offload, batch 32 \(micro 8\)" bmt-train | grep -Eq ' 3\.64 +9000 ' || fail "batch 32 offload row"
-echo "$out" | grep -q 'offload, batch 32 (micro 8) *pytorch-fsdp2' && fail "an FSDP2 row where it did not run"
-echo "$out" | grep -q "no offload, batch 8: bmt-train 1.10x FSDP2's tokens/s (>= 1.20x: missed), peak 95.0 vs 101.0 GiB (no higher: held)" ||
+grep -q 'offload, batch 32 (micro 8) *pytorch-fsdp2' <<< "$out" && fail "an FSDP2 row where it did not run"
+grep -q "no offload, batch 8: bmt-train 1.10x FSDP2's tokens/s (>= 1.20x: missed), peak 95.0 vs 101.0 GiB (no higher: held)" <<< "$out" ||
   fail "no-offload targets"
-echo "$out" | grep -q "offload, batch 8: bmt-train 5.00x FSDP2-with-CPUOffloadPolicy's tokens/s (>= 4x: held)" || fail "offload ratio"
-echo "$out" | grep -q "offload, batch 8: GPU peak 28.0 GiB (<= 30: held)" || fail "offload peak"
-echo "$out" | grep -q "offload, batch 8: overhead 1.30 s a step (offloaded 2.05 s - on the GPU 0.74 s; <= 3 s: held)" ||
+grep -q "offload, batch 8: bmt-train 5.00x FSDP2-with-CPUOffloadPolicy's tokens/s (>= 4x: held)" <<< "$out" || fail "offload ratio"
+grep -q "offload, batch 8: GPU peak 28.0 GiB (<= 30: held)" <<< "$out" || fail "offload peak"
+grep -q "offload, batch 8: overhead 1.30 s a step (offloaded 2.05 s - on the GPU 0.74 s; <= 3 s: held)" <<< "$out" ||
   fail "offload overhead"
-echo "$out" | grep -q "batch 32 (micro 8): offloaded 9000 tokens/s = 78% of 11500 without offload (>= 70%: held)" ||
+grep -q "batch 32 (micro 8): offloaded 9000 tokens/s = 78% of 11500 without offload (>= 70%: held)" <<< "$out" ||
   fail "batch 32 target"
-echo "$out" | grep -q "^raw records: $work/out " || fail "where the raw records are"
+grep -q "^raw records: $work/out " <<< "$out" || fail "where the raw records are"
 [ -s "$work/out/offload/bmt.1.jsonl" ] && [ -s "$work/out/offload/fsdp2.1.json" ] || fail "raw records of row offload"
 
 # No time left: every row skipped, the table says what is missing.
 : > "$work/calls"
 out=$(BUDGET=20 bash "$script" /opt/bmt-train "$work/out2")
 [ -s "$work/calls" ] && fail "runs started without time: $(cat "$work/calls")"
-echo "$out" | grep -q "^plain: skipped, " || fail "row plain not reported skipped"
-echo "$out" | grep -q "no offload, batch 8: a run is missing" || fail "missing runs not reported"
+grep -q "^plain: skipped, " <<< "$out" || fail "row plain not reported skipped"
+grep -q "no offload, batch 8: a run is missing" <<< "$out" || fail "missing runs not reported"
 echo "big_model_driver: ok"
