@@ -296,7 +296,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
               "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once", at_least(0, "0: all rows"))
       ->capture_default_str();
 
-  t.add("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards or raw uint16)")
+  t.add("--data", o.data, "synthetic, or a file or glob of token files (llm.c shards of uint16 or uint32 tokens, or raw uint16)")
       ->capture_default_str();
   t.add("--data-format", o.data_format,
         "Token files of --data and --val-data: auto (llm.c shards by their header; headerless uint16 only when "

@@ -33,9 +33,21 @@ bool named_like_nanogpt(const std::string& path) {
   return name == "train.bin" || name == "val.bin";
 }
 
-// An llm.c header but for its magic number: version 1, a positive count, the unused ints zero.
+bool is_llmc_magic(std::int32_t m) { return m == TokenShard::kLlmcMagic || m == TokenShard::kLlmcLlama3Magic; }
+
+// The version and token width that go with an llm.c magic number.
+std::int32_t llmc_version(std::int32_t magic) {
+  return magic == TokenShard::kLlmcLlama3Magic ? TokenShard::kLlmcLlama3Version : TokenShard::kLlmcVersion;
+}
+std::size_t llmc_token_bytes(std::int32_t magic) { return magic == TokenShard::kLlmcLlama3Magic ? 4 : 2; }
+
+// What the two llm.c formats are, for messages.
+constexpr const char* kLlmcMagics = "20240520 (uint16 tokens) or 20240801 (uint32 tokens)";
+
+// An llm.c header but for its magic number: version 1 or 7, a positive count, the unused ints zero.
 bool looks_like_llmc_header(const std::int32_t* header, std::uint64_t bytes) {
-  if (bytes < TokenShard::kLlmcHeaderBytes || header[1] != TokenShard::kLlmcVersion || header[2] <= 0) return false;
+  if (bytes < TokenShard::kLlmcHeaderBytes || header[2] <= 0) return false;
+  if (header[1] != TokenShard::kLlmcVersion && header[1] != TokenShard::kLlmcLlama3Version) return false;
   for (std::size_t i = 3; i < TokenShard::kLlmcHeaderBytes / sizeof(std::int32_t); ++i)
     if (header[i] != 0) return false;
   return true;
@@ -60,19 +72,19 @@ TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(
     ::close(fd_);
     throw;
   }
-  const bool magic = bytes_ >= 4 && header[0] == kLlmcMagic;
+  const bool magic = bytes_ >= 4 && is_llmc_magic(header[0]);
   std::ostringstream os;
   if (format == TokenFileFormat::detect) {
     if (magic) {
       format = TokenFileFormat::llmc;
     } else if (looks_like_llmc_header(header, bytes_)) {
-      os << "token file '" << path << "': expected the llm.c magic number " << kLlmcMagic
-         << " in the first int32 of what is otherwise an llm.c header (version " << header[1] << ", " << header[2]
+      os << "token file '" << path << "': expected an llm.c magic number, " << kLlmcMagics
+         << ", in the first int32 of what is otherwise an llm.c header (version " << header[1] << ", " << header[2]
          << " tokens), found " << header[0] << " (a damaged shard?)";
     } else if (named_like_nanogpt(path)) {
       format = TokenFileFormat::raw_u16;
     } else {
-      os << "token file '" << path << "': expected an llm.c shard (the magic number " << kLlmcMagic
+      os << "token file '" << path << "': expected an llm.c shard (the magic number " << kLlmcMagics
          << " in its first int32), found ";
       if (bytes_ < 4) os << "a file of " << bytes_ << " bytes";
       else os << header[0];
@@ -86,17 +98,19 @@ TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(
     if (bytes_ < kLlmcHeaderBytes)
       os << what << "expected a header of " << kLlmcHeaderBytes << " bytes, found a file of " << bytes_
          << " bytes (truncated)";
-    else if (header[0] != kLlmcMagic)
-      os << what << "expected the magic number " << kLlmcMagic << " in the first int32, found " << header[0];
-    else if (header[1] != kLlmcVersion)
-      os << what << "expected version " << kLlmcVersion << " (uint16 tokens), found " << header[1];
+    else if (!is_llmc_magic(header[0]))
+      os << what << "expected the magic number " << kLlmcMagics << " in the first int32, found " << header[0];
+    else if (header[1] != llmc_version(header[0]))
+      os << what << "expected version " << llmc_version(header[0]) << " after the magic number " << header[0] << " ("
+         << 8 * llmc_token_bytes(header[0]) << "-bit tokens), found " << header[1];
     else if (header[2] <= 0)
       os << what << "expected a positive token count, found " << header[2];
-    else if (bytes_ - kLlmcHeaderBytes != 2 * static_cast<std::uint64_t>(header[2]))
-      os << what << "the header says " << header[2] << " tokens (" << 2 * static_cast<std::uint64_t>(header[2])
-         << " bytes after the header), but the file has " << bytes_ - kLlmcHeaderBytes << " bytes after it"
-         << (bytes_ - kLlmcHeaderBytes < 2 * static_cast<std::uint64_t>(header[2]) ? " (count beyond the file)"
-                                                                                 : " (bytes after the last token)");
+    else if (const std::uint64_t want = llmc_token_bytes(header[0]) * static_cast<std::uint64_t>(header[2]);
+             bytes_ - kLlmcHeaderBytes != want)
+      os << what << "the header says " << header[2] << " tokens (" << want << " bytes after the header), but the file has "
+         << bytes_ - kLlmcHeaderBytes << " bytes after it"
+         << (bytes_ - kLlmcHeaderBytes < want ? " (count beyond the file)" : " (bytes after the last token)");
+    if (bytes_ >= kLlmcHeaderBytes && is_llmc_magic(header[0])) token_bytes_ = llmc_token_bytes(header[0]);
     offset_ = kLlmcHeaderBytes;
     count_ = header[2] > 0 ? static_cast<std::uint64_t>(header[2]) : 0;
   } else if (format == TokenFileFormat::raw_u16) {
@@ -104,7 +118,7 @@ TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(
     if (bytes_ == 0) os << what << "expected at least one token, found an empty file";
     else if (bytes_ % 2 != 0) os << what << "expected an even number of bytes (uint16 tokens), found " << bytes_;
     else if (magic)
-      os << what << "expected headerless tokens, found an llm.c header (the magic number " << kLlmcMagic
+      os << what << "expected headerless tokens, found an llm.c header (the magic number " << header[0]
          << "): read it as llm.c (format auto or llmc)";
     count_ = bytes_ / 2;
   }
@@ -131,11 +145,12 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     modified_ = other.modified_;
     offset_ = std::exchange(other.offset_, 0);
     count_ = std::exchange(other.count_, 0);
+    token_bytes_ = other.token_bytes_;
   }
   return *this;
 }
 
-void TokenShard::read(std::uint64_t first, std::size_t count, std::uint16_t* out) const {
+void TokenShard::read(std::uint64_t first, std::size_t count, std::uint32_t* out) const {
   BMT_REQUIRE(first <= count_ && count <= count_ - first, "token file '" << path_ << "': expected tokens below "
                                                                           << count_ << ", asked for [" << first << ", "
                                                                           << first + count << ")");
@@ -149,8 +164,8 @@ void TokenShard::read(std::uint64_t first, std::size_t count, std::uint16_t* out
               "token file '" << path_ << "' changed while the job reads it: expected it unmodified since it was "
                              << "opened, found it written again (its modification time moved)");
   char* p = reinterpret_cast<char*>(out);
-  const std::size_t bytes = count * sizeof(std::uint16_t);
-  const std::uint64_t at = offset_ + first * sizeof(std::uint16_t);
+  const std::size_t bytes = count * token_bytes_;
+  const std::uint64_t at = offset_ + first * token_bytes_;
   std::size_t done = 0;
   while (done < bytes) {
     const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(at + done));
@@ -162,10 +177,21 @@ void TokenShard::read(std::uint64_t first, std::size_t count, std::uint16_t* out
                                       << " (truncated)");
     done += static_cast<std::size_t>(n);
   }
+  if (token_bytes_ == sizeof(std::uint16_t)) {
+    // Widened in place from the last token down: token i's 4 bytes start at or after token i's
+    // 2, and cover only the 2-byte tokens above it, already widened.
+    // (memcpy: the bytes are read as what they are on disk, without aliasing the uint32 array).
+    const char* bytes_read = reinterpret_cast<const char*>(out);
+    for (std::size_t i = count; i-- > 0;) {
+      std::uint16_t t = 0;
+      std::memcpy(&t, bytes_read + i * sizeof t, sizeof t);
+      out[i] = t;
+    }
+  }
 }
 
-std::uint16_t TokenShard::operator[](std::uint64_t i) const {
-  std::uint16_t t = 0;
+std::uint32_t TokenShard::operator[](std::uint64_t i) const {
+  std::uint32_t t = 0;
   read(i, 1, &t);
   return t;
 }
@@ -214,9 +240,15 @@ void TokenDataset::sequence(std::uint64_t index, std::size_t seq_len, std::int32
       k -= n;
       continue;
     }
-    std::vector<std::uint16_t> tokens(seq_len + 1);
+    std::vector<std::uint32_t> tokens(seq_len + 1);
     s.read(k * seq_len, seq_len + 1, tokens.data());
-    for (std::size_t t = 0; t <= seq_len; ++t) out[t] = tokens[t];
+    for (std::size_t t = 0; t <= seq_len; ++t) {
+      // Token ids are int32 from here on; no vocabulary comes near 2^31.
+      BMT_REQUIRE(tokens[t] <= static_cast<std::uint32_t>(INT32_MAX),
+                  "token file '" << s.path() << "': expected token ids below 2^31, found " << tokens[t]
+                                 << " at token " << k * seq_len + t);
+      out[t] = static_cast<std::int32_t>(tokens[t]);
+    }
     return;
   }
   BMT_REQUIRE(false, "TokenDataset: expected a sequence index below " << sequence_count(seq_len)

@@ -1,4 +1,4 @@
-// Fuzz target: token files (bmt::io::TokenShard and TokenDataset: llm.c shards and raw uint16),
+// Fuzz target: token files (bmt::io::TokenShard and TokenDataset: llm.c shards of uint16 and uint32 tokens, raw uint16),
 // whose header is read from disk and then trusted to index the tokens, in each format a run can
 // ask for (detect, llmc, raw). The input is the file's content, written to a scratch file. Rejection must be a bmt::Error; an accepted file must
 // give a token count that fits the file, and every sequence it offers must be readable.
@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       bmt::io::TokenShard shard(path, format);
       const std::uint64_t header = shard.format() == TokenFileFormat::llmc ? bmt::io::TokenShard::kLlmcHeaderBytes : 0;
-      BMT_FUZZ_CHECK(shard.size() > 0 && header + 2 * shard.size() == size);
-      std::vector<std::uint16_t> tokens(shard.size());
+      BMT_FUZZ_CHECK(shard.size() > 0 && header + shard.token_bytes() * shard.size() == size);
+      std::vector<std::uint32_t> tokens(shard.size());
       shard.read(0, tokens.size(), tokens.data());  // every token is readable
       bool refused = false;
       try {

@@ -35,6 +35,17 @@ std::string llmc_file(const std::vector<std::uint16_t>& tokens, std::int32_t mag
   return bytes;
 }
 
+// llm.c's "llama-3" shard: magic 20240801, version 7, uint32 tokens.
+std::string llama3_file(const std::vector<std::uint32_t>& tokens, std::int32_t version = 7) {
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = 20240801;
+  header[1] = version;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+  return bytes;
+}
+
 std::string raw_file(const std::vector<std::uint16_t>& tokens) {
   return std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
 }
@@ -68,10 +79,49 @@ TEST(TokenShard, ReadsLlmcAndRawFiles) {
   // Moves keep the file open.
   TokenShard moved = std::move(a);
   EXPECT_EQ(moved[1], 6);
-  std::vector<std::uint16_t> all(4);
+  std::vector<std::uint32_t> all(4);
   moved.read(0, 4, all.data());
-  EXPECT_EQ(all, (std::vector<std::uint16_t>{5, 6, 65535, 0}));
+  EXPECT_EQ(all, (std::vector<std::uint32_t>{5, 6, 65535, 0}));
   EXPECT_THAT(error_of([&] { moved.read(3, 2, all.data()); }), HasSubstr("expected tokens below 4, asked for [3, 5)"));
+}
+
+// Llama 3's vocabulary (128256) needs uint32 tokens: llm.c writes them with their own magic number.
+TEST(TokenShard, ReadsLlama3ShardsOfUint32Tokens) {
+  SharedTempDir dir;
+  std::vector<std::uint32_t> tokens;
+  for (std::uint32_t i = 0; i < 300; ++i) tokens.push_back(i * 427u % 128256u);  // most above 65535
+  bmt::test::write_file(dir / "llama.bin", llama3_file(tokens));
+  TokenShard shard(dir / "llama.bin");
+  EXPECT_EQ(shard.format(), TokenFileFormat::llmc);
+  EXPECT_EQ(shard.token_bytes(), 4u);
+  ASSERT_EQ(shard.size(), 300u);
+  EXPECT_EQ(shard[299], 299u * 427u % 128256u);
+  std::vector<std::uint32_t> all(300);
+  shard.read(0, 300, all.data());
+  EXPECT_EQ(all, tokens);
+  TokenDataset data(dir / "llama.bin");
+  std::vector<std::int32_t> seq(33);
+  data.sequence(2, 32, seq.data());
+  for (std::size_t t = 0; t < seq.size(); ++t) EXPECT_EQ(seq[t], static_cast<std::int32_t>(tokens[64 + t])) << t;
+  // The GPT-2 shard beside it still reads 2 bytes a token.
+  bmt::test::write_file(dir / "gpt2.bin", llmc_file({7, 65535}));
+  EXPECT_EQ(TokenShard(dir / "gpt2.bin").token_bytes(), 2u);
+  // The magic number decides the width: a Llama 3 header with GPT-2's version, or a count that
+  // fits 2-byte tokens but not 4-byte ones, is refused.
+  bmt::test::write_file(dir / "v.bin", llama3_file({1, 2}, 1));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "v.bin"); }),
+              HasSubstr("expected version 7 after the magic number 20240801 (32-bit tokens), found 1"));
+  std::string half = llama3_file(std::vector<std::uint32_t>(8, 1));
+  half.resize(1024 + 16);
+  bmt::test::write_file(dir / "half.bin", half);
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "half.bin"); }),
+              HasSubstr("the header says 8 tokens (32 bytes after the header), but the file has 16 bytes after it "
+                        "(count beyond the file)"));
+  // A token id beyond int32 cannot be a vocabulary entry.
+  bmt::test::write_file(dir / "big.bin", llama3_file({1, 2, 0x80000000u, 4}));
+  TokenDataset big(dir / "big.bin");
+  EXPECT_THAT(error_of([&] { big.sequence(0, 3, seq.data()); }),
+              HasSubstr("expected token ids below 2^31, found 2147483648 at token 2"));
 }
 
 // Without the llm.c magic a file is raw tokens only when asked for, or named as nanoGPT names them:
@@ -81,7 +131,8 @@ TEST(TokenShard, HeaderlessFilesOnlyWhenAskedForOrNamedSo) {
   bmt::test::write_file(dir / "tokens.u16", raw_file({9, 8, 7}));
   bmt::test::write_file(dir / "val.bin", raw_file({9, 8, 7}));
   EXPECT_THAT(error_of([&] { TokenShard s(dir / "tokens.u16"); }),
-              HasSubstr("tokens.u16': expected an llm.c shard (the magic number 20240520 in its first int32), found "
+              HasSubstr("tokens.u16': expected an llm.c shard (the magic number 20240520 (uint16 tokens) or 20240801 "
+                        "(uint32 tokens) in its first int32), found "
                         "524297; headerless uint16 tokens are read as raw only when asked for (bmt-train --data-format "
                         "raw) or when named train.bin or val.bin"));
   EXPECT_EQ(TokenShard(dir / "tokens.u16", TokenFileFormat::raw_u16).size(), 3u);
@@ -127,7 +178,8 @@ TEST(TokenShard, AnLlmcHeaderWithAWrongMagicIsRefused) {
   SharedTempDir dir;
   bmt::test::write_file(dir / "train.bin", llmc_file(iota_tokens(8, 0), 20240521));
   EXPECT_THAT(error_of([&] { TokenShard s(dir / "train.bin"); }),
-              HasSubstr("expected the llm.c magic number 20240520 in the first int32 of what is otherwise an llm.c "
+              HasSubstr("expected an llm.c magic number, 20240520 (uint16 tokens) or 20240801 (uint32 tokens), in the "
+                        "first int32 of what is otherwise an llm.c "
                         "header (version 1, 8 tokens), found 20240521 (a damaged shard?)"));
 }
 
@@ -145,13 +197,14 @@ TEST(TokenShard, BadMagic) {
   SharedTempDir dir;
   bmt::test::write_file(dir / "m.bin", llmc_file({1, 2}, 20240521));
   EXPECT_THAT(error_of([&] { TokenShard s(dir / "m.bin", TokenFileFormat::llmc); }),
-              HasSubstr("expected the magic number 20240520 in the first int32, found 20240521"));
+              HasSubstr("expected the magic number 20240520 (uint16 tokens) or 20240801 (uint32 tokens) in the first int32, "
+                        "found 20240521"));
 }
 
 TEST(TokenShard, BadVersion) {
   SharedTempDir dir;
   bmt::test::write_file(dir / "v.bin", llmc_file({1, 2}, 20240520, 2));
-  EXPECT_THAT(error_of([&] { TokenShard s(dir / "v.bin"); }), HasSubstr("expected version 1 (uint16 tokens), found 2"));
+  EXPECT_THAT(error_of([&] { TokenShard s(dir / "v.bin"); }), HasSubstr("expected version 1 after the magic number 20240520 (16-bit tokens), found 2"));
 }
 
 TEST(TokenShard, CountBeyondTheFile) {

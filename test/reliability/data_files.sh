@@ -27,12 +27,12 @@ llmc 20240520 4000 >"$work/shard_000.bin"
 mkdir -p "$work/nanogpt" && cp "$work/tokens.u16" "$work/nanogpt/train.bin"
 
 bad "llm.c shard with a wrong magic number (was read as raw tokens)" \
-  "token file '$work/wrong_magic.bin': expected the llm.c magic number 20240520 in the first int32 of what is otherwise an llm.c header \(version 1, 4000 tokens\), found 20240521 \(a damaged shard\?\)" \
+  "token file '$work/wrong_magic.bin': expected an llm.c magic number, 20240520 \(uint16 tokens\) or 20240801 \(uint32 tokens\), in the first int32 of what is otherwise an llm.c header \(version 1, 4000 tokens\), found 20240521 \(a damaged shard\?\)" \
   "${run[@]}" --data "$work/wrong_magic.bin"
 bad "headerless tokens not asked for as raw" \
-  "token file '$work/tokens.u16': expected an llm.c shard \(the magic number 20240520 in its first int32\), found 65536; headerless uint16 tokens are read as raw only when asked for \(bmt-train --data-format raw\) or when named train.bin or val.bin" \
+  "token file '$work/tokens.u16': expected an llm.c shard \(the magic number 20240520 \(uint16 tokens\) or 20240801 \(uint32 tokens\) in its first int32\), found 65536; headerless uint16 tokens are read as raw only when asked for \(bmt-train --data-format raw\) or when named train.bin or val.bin" \
   "${run[@]}" --data "$work/tokens.u16"
-bad "--data-format llmc on headerless tokens" "\(llm.c format\): expected the magic number 20240520 in the first int32, found 65536" \
+bad "--data-format llmc on headerless tokens" "\(llm.c format\): expected the magic number 20240520 \(uint16 tokens\) or 20240801 \(uint32 tokens\) in the first int32, found 65536" \
   "${run[@]}" --data "$work/nanogpt/train.bin" --data-format llmc
 bad "--data-format raw on an llm.c shard" "\(raw uint16\): expected headerless tokens, found an llm.c header" \
   "${run[@]}" --data "$work/shard_000.bin" --data-format raw

@@ -5,7 +5,8 @@
 # within 1e-5); --loss-chunk gives the whole-logits loss; the metrics file has the promised fields;
 # --timeline-ops writes op spans; --keep-blocks, --keep-attention and --keep-residual leave the
 # losses as they were, with dropout too; --offload gives the on-device run's losses (within 1e-5),
-# resumes across modes and says its host memory; --offload-delayed resumes exactly.
+# resumes across modes and says its host memory; --offload-delayed resumes exactly; a Llama 3 model
+# trains on an llm.c shard of uint32 tokens.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -163,6 +164,17 @@ run 2 "${tiny[@]}" --steps 8 --offload --offload-delayed --metrics "$work/delaye
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
   grep -q "\"$key\":" "$work/full.jsonl" || fail "metrics lack '$key'"
 done
+
+# Llama 3's vocabulary from an llm.c "llama-3" shard (uint32 tokens under the magic number
+# 20240801): ids above 65535 reach the model as themselves, so a vocabulary of 65536 refuses them.
+perl -e 'print pack("l<256", 20240801, 7, 4000, (0) x 253);
+         print pack("L<", ($_ * 7919) % 128256) for 0 .. 3999;' > "$work/llama3.bin"
+llama3=(--model llama3.2-1b --layers 1 --dim 64 --heads 8 --kv-heads 2 --ffn 128 --batch 4 --seq 16 --steps 2
+        --log-every 100 --data "$work/llama3.bin")
+run 2 "${llama3[@]}" --metrics "$work/llama3.jsonl" >/dev/null 2>&1 || fail "llama3.2-1b on a uint32 token file failed"
+[ "$(losses "$work/llama3.jsonl" | wc -l)" -eq 2 ] || fail "llama3.2-1b on a uint32 token file: expected 2 steps"
+expect_usage_error "uint32 tokens beyond a 65536 vocabulary" "expected tokens below the vocabulary size 65536, found [0-9]*" \
+  2 "${llama3[@]}" --vocab 65536
 
 [ $failures -eq 0 ] && echo "all bmt-train checks passed"
 exit $((failures > 0))

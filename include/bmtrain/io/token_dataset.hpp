@@ -1,7 +1,9 @@
 #pragma once
 // Token files: llm.c shards and nanoGPT's headerless train.bin.
 //
-//   llm.c:   256 int32 header (magic 20240520, version 1, token count N, rest unused), then N uint16
+//   llm.c:   256 int32 header (magic, version, token count N, rest unused), then N tokens:
+//              magic 20240520, version 1: uint16 tokens (GPT-2's tokenizer, llm.c's "gpt-2")
+//              magic 20240801, version 7: uint32 tokens (Llama 3's 128256, llm.c's "llama-3")
 //   raw:     uint16 tokens and nothing else (nanoGPT's train.bin / val.bin)
 //
 // A raw file has nothing to check its contents by, so it is read only when asked for (raw_u16), or
@@ -40,8 +42,10 @@ TokenFileFormat parse_token_file_format(const std::string& name);
 // One token file, open for reading; validated when opened.
 class TokenShard {
  public:
-  static constexpr std::int32_t kLlmcMagic = 20240520;
+  static constexpr std::int32_t kLlmcMagic = 20240520;  // uint16 tokens
   static constexpr std::int32_t kLlmcVersion = 1;
+  static constexpr std::int32_t kLlmcLlama3Magic = 20240801;  // uint32 tokens
+  static constexpr std::int32_t kLlmcLlama3Version = 7;
   static constexpr std::size_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
   explicit TokenShard(const std::string& path, TokenFileFormat format = TokenFileFormat::detect);
@@ -54,10 +58,12 @@ class TokenShard {
   const std::string& path() const { return path_; }
   TokenFileFormat format() const { return format_; }  // llmc or raw_u16, never detect
   std::uint64_t size() const { return count_; }      // tokens
-  // Tokens [first, first + count) into `out`. Throws bmt::Error if the range is beyond the shard,
-  // or the file has changed since it was opened (size or modification time) or ends early.
-  void read(std::uint64_t first, std::size_t count, std::uint16_t* out) const;
-  std::uint16_t operator[](std::uint64_t i) const;
+  std::size_t token_bytes() const { return token_bytes_; }  // 2 (uint16) or 4 (uint32) on disk
+  // Tokens [first, first + count) into `out`, whatever their width on disk. Throws bmt::Error if
+  // the range is beyond the shard, or the file has changed since it was opened (size or
+  // modification time) or ends early.
+  void read(std::uint64_t first, std::size_t count, std::uint32_t* out) const;
+  std::uint32_t operator[](std::uint64_t i) const;
 
  private:
   std::string path_;
@@ -67,6 +73,7 @@ class TokenShard {
   timespec modified_{};       // its modification time then
   std::uint64_t offset_ = 0;  // bytes before the first token
   std::uint64_t count_ = 0;
+  std::size_t token_bytes_ = 2;
 };
 
 class TokenDataset final : public SequenceSource {
