@@ -11,7 +11,6 @@ Prints one JSON line on rank 0: tokens/s per GPU, MFU (989 TFLOP/s, 6N + 6LCT FL
 """
 import argparse
 import json
-import math
 import os
 import time
 
@@ -71,23 +70,64 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
-def shard(model, checkpoint=True, cpu_offload=False):
+def shard(model, checkpoint=True, cpu_offload=False, blocks=None, lr=6e-4):
     """The baseline's wrapping, in place: per-block activation checkpointing, fully_shard on every
-    block and on the root with bf16 parameters and fp32 gradient reduction (and CPUOffloadPolicy
-    when asked). Returns the fused AdamW (on the CPU when offloaded; PyTorch's plain AdamW where its
-    fused one does not take CPU tensors)."""
+    block (`blocks`, by default model.blocks) and on the root with bf16 parameters and fp32
+    gradient reduction (and CPUOffloadPolicy when asked). Returns the fused AdamW (on the CPU when
+    offloaded; PyTorch's plain AdamW where its fused one does not take CPU tensors)."""
+    blocks = model.blocks if blocks is None else blocks
     if checkpoint:
-        for i, blk in enumerate(model.blocks):
-            model.blocks[i] = checkpoint_wrapper(blk)
+        for i, blk in enumerate(blocks):
+            blocks[i] = checkpoint_wrapper(blk)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     extra = {"offload_policy": CPUOffloadPolicy()} if cpu_offload else {}
-    for blk in model.blocks:
+    for blk in blocks:
         fully_shard(blk, mp_policy=mp, **extra)
     fully_shard(model, mp_policy=mp, **extra)
     try:
-        return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, fused=True)
     except RuntimeError:
-        return torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+
+
+def print_result(result):
+    """The run's JSON line, from rank 0; then the process group ends."""
+    if dist.get_rank() == 0:
+        print(json.dumps(result), flush=True)
+    dist.destroy_process_group()
+
+
+def timed_steps(loss_of, model, opt, args, n_params, layers, dim):
+    """Runs args.warmup + args.steps optimizer steps (loss_of() forward, backward, clipping at 1.0,
+    AdamW) and returns the run and its median measured step's figures: its time, tokens/s per GPU,
+    MFU (989 TFLOP/s, 6N + 6LCT FLOPs/token), the peak memory and the last loss."""
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = loss_of()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    step_s = sorted(times)[len(times) // 2]
+    tok_per_gpu = args.batch * args.seq / step_s
+    return {
+        "system": "pytorch-fsdp2",
+        "gpus": dist.get_world_size(),
+        "batch_per_gpu": args.batch,
+        "seq": args.seq,
+        "params": n_params,
+        "step_ms": step_s * 1e3,
+        "tokens_per_s_per_gpu": tok_per_gpu,
+        "mfu": tok_per_gpu * (6 * n_params + 6 * layers * dim * args.seq) / 989e12,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "loss": float(loss.detach()),
+    }
 
 
 def main():
@@ -104,7 +144,7 @@ def main():
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(0)
     layers, heads, dim = PRESETS[args.model]
@@ -118,40 +158,13 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(rank)
     tokens = torch.randint(0, vocab, (args.batch, args.seq + 1), device="cuda", generator=gen)
     x, y = tokens[:, :-1], tokens[:, 1:].contiguous()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    step_s = sorted(times)[len(times) // 2]
-    tok_per_gpu = args.batch * args.seq / step_s
-    flops_per_token = 6 * n_params + 6 * layers * dim * args.seq
     result = {
-        "system": "pytorch-fsdp2",
         "model": args.model,
         "shape": {"layers": layers, "dim": dim, "heads": heads, "ffn": ffn, "vocab": vocab},
         "cpu_offload": args.cpu_offload,
-        "gpus": world,
-        "batch_per_gpu": args.batch,
-        "seq": args.seq,
-        "params": n_params,
-        "step_ms": step_s * 1e3,
-        "tokens_per_s_per_gpu": tok_per_gpu,
-        "mfu": tok_per_gpu * flops_per_token / 989e12,
-        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "loss": float(loss.detach()),
+        **timed_steps(lambda: model(x, y), model, opt, args, n_params, layers, dim),
     }
-    if rank == 0:
-        print(json.dumps(result), flush=True)
-    dist.destroy_process_group()
+    print_result(result)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,14 @@ Prints one JSON line on rank 0, as fsdp2_gpt.py does: tokens/s per GPU, MFU (989
 """
 import argparse
 import inspect
-import json
 import os
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from fsdp2_gpt import print_result, shard, timed_steps
 
 # bmt-train's presets (apps/bmt-train/model.cpp), as the hub's config.json files give them:
 # vocab, hidden, layers, heads, kv heads, intermediate, rope theta, rope scaling, tied embeddings.
@@ -57,7 +56,7 @@ def main():
     args = ap.parse_args()
 
     dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(0)
     cfg = config(args.model, args.seq)
@@ -67,54 +66,25 @@ def main():
     if not args.no_checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    extra = {"offload_policy": CPUOffloadPolicy()} if args.cpu_offload else {}
-    for layer in model.model.layers:
-        fully_shard(layer, mp_policy=mp, **extra)
-    fully_shard(model, mp_policy=mp, **extra)
-    try:
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
-    except RuntimeError:
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    # Checkpointing as transformers does it (above); FSDP2's wrapping as the GPT baseline's.
+    opt = shard(model, checkpoint=False, cpu_offload=args.cpu_offload, blocks=model.model.layers, lr=3e-4)
 
     gen = torch.Generator(device="cuda").manual_seed(rank)
     tokens = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), device="cuda", generator=gen)
     x, y = tokens[:, :-1], tokens[:, 1:].contiguous()
     model.train()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for step in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def loss_of():
         logits = model(input_ids=x).logits
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.view(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    step_s = sorted(times)[len(times) // 2]
-    tok_per_gpu = args.batch * args.seq / step_s
-    flops_per_token = 6 * n_params + 6 * cfg.num_hidden_layers * cfg.hidden_size * args.seq
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.view(-1))
+
     result = {
-        "system": "pytorch-fsdp2",
         "model": args.model,
         "implementation": "transformers LlamaForCausalLM (sdpa)",
-        "gpus": world,
-        "batch_per_gpu": args.batch,
-        "seq": args.seq,
-        "params": n_params,
-        "step_ms": step_s * 1e3,
-        "tokens_per_s_per_gpu": tok_per_gpu,
-        "mfu": tok_per_gpu * flops_per_token / 989e12,
-        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "loss": float(loss.detach()),
+        "cpu_offload": args.cpu_offload,
+        **timed_steps(loss_of, model, opt, args, n_params, cfg.num_hidden_layers, cfg.hidden_size),
     }
-    if rank == 0:
-        print(json.dumps(result), flush=True)
-    dist.destroy_process_group()
+    print_result(result)
 
 
 if __name__ == "__main__":
