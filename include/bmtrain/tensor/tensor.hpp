@@ -142,7 +142,6 @@ class Tensor {
   Tensor grad() const;
   void set_grad(const Tensor& g);
   const std::shared_ptr<autograd::Node>& grad_fn() const;
-  bool is_leaf() const { return !grad_fn(); }
   // Same data, no history.
   Tensor detach() const;
   // Reverse-mode pass from this tensor (a scalar unless `grad` is given); defined in autograd.

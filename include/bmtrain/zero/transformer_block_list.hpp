@@ -36,7 +36,6 @@ class TransformerBlockList : public Module {
   std::size_t size() const { return blocks_.size(); }
   CheckpointBlock<Block>& operator[](std::size_t i) { return *blocks_.at(i); }
   int prefetch_depth() const { return depth_; }
-  void set_prefetch_depth(int depth) { depth_ = depth; }
 
   template <class... Args>
   auto operator()(const Args&... args) {
