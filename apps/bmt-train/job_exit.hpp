@@ -1,11 +1,11 @@
 #pragma once
 // How bmt-train's ranks end after an error. Most errors are agreed: every rank throws the same
-// bmt::Error at the same point (setup steps run through agreed(), the io layer agrees on file-system
-// failures), so every rank can finalize MPI and exit 2 with one message. An error seen by one rank
-// alone is different: its peers are blocked in the next collective, waiting for it, and would never
-// reach MPI_Finalize. JobExit tells the two apart with a non-blocking reduction on a communicator of
-// its own: if every rank arrives within the patience, the job ends in order; if not, the failing
-// rank prints its error and ends the whole job with MPI_Abort.
+// bmt::Error at the same point (setup steps run through bmt::run_on_every_rank, the io layer agrees
+// on file-system failures), so every rank can finalize MPI and exit 2 with one message. An error
+// seen by one rank alone is different: its peers are blocked in the next collective, waiting for
+// it, and would never reach MPI_Finalize. JobExit tells the two apart with a non-blocking reduction
+// on a communicator of its own: if every rank arrives within the patience, the job ends in order;
+// if not, the failing rank prints its error and ends the whole job with MPI_Abort.
 #include <mpi.h>
 
 #include <string>

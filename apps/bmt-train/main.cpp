@@ -9,7 +9,6 @@
 
 #include <cstdio>
 
-#include "agreed.hpp"
 #include "job_exit.hpp"
 #include "options.hpp"
 #include "trainer.hpp"
@@ -24,15 +23,14 @@ int main(int argc, char** argv) {
     bmt_train::TrainOptions options;
     bool run = false;
     // Ranks of an MPMD launch get different arguments: one rank's bad flag must stop them all.
-    bmt_train::agreed([&] { run = bmt_train::parse_options(argc, argv, options, code); });
-    int runs[2] = {run, -static_cast<int>(run)};
-    BMT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, runs, 2, MPI_INT, MPI_MIN, bmt::context().mpi_comm()));
-    if (runs[0] != -runs[1]) throw bmt_train::UsageError("--help: expected on every rank or on none, found it on some");
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] { run = bmt_train::parse_options(argc, argv, options, code); });
+    const int world = bmt::world_size(), first_help = bmt::lowest_rank_where(MPI_COMM_NULL, !run);
+    const int first_run = bmt::lowest_rank_where(MPI_COMM_NULL, run);
+    BMT_REQUIRE(first_help == world || first_run == world,
+                "--help: expected on every rank or on none, found it on rank " << first_help << " and not on rank "
+                                                                              << first_run);
     if (run) code = bmt_train::train(options);
   } catch (const bmt::Error& e) {
-    error = e.what();
-    code = 2;
-  } catch (const bmt_train::UsageError& e) {
     error = e.what();
     code = 2;
   } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 #include "resume_state.hpp"
 
 #include <bmtrain/bmtrain.hpp>
-#include <bmtrain/io/collective_status.hpp>
+#include <bmtrain/runtime/agreement.hpp>
 
 #include <cmath>
 #include <limits>
@@ -56,7 +56,7 @@ ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContex
       state.loss_scaler, where, "loss_scaler", "clean_steps", 0,
       std::min<std::uint64_t>(step, static_cast<std::uint64_t>(std::numeric_limits<int>::max()))));
   r.key_counter = unsigned_member(state.rng, where, "rng", "key_counter", 0, std::numeric_limits<std::uint64_t>::max());
-  const std::string data_problem = bmt::io::error_of([&] { r.data = state.data.get<bmt::io::LoaderState>(); });
+  const std::string data_problem = bmt::error_of([&] { r.data = state.data.get<bmt::io::LoaderState>(); });
   BMT_REQUIRE(data_problem.empty(), where << "'data': " << data_problem);
   return r;
 }

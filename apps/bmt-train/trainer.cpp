@@ -1,6 +1,5 @@
 #include "trainer.hpp"
 
-#include <bmtrain/io/collective_status.hpp>
 #include <bmtrain/io/hf_checkpoint.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
@@ -54,7 +53,7 @@ Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context
   print_banner(o_, cfg_, facts_);
   if (!o_.eval_only) open_outputs();
   else
-    agreed([&] {  // what an evaluation writes, checked before it starts
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] {  // what an evaluation writes, checked before it starts
       if (bmt::rank() != 0) return;
       if (!o_.metrics.empty()) check_output_file("--metrics", o_.metrics);
       if (!o_.eval_logits.empty()) check_output_file("--eval-logits", o_.eval_logits);
@@ -65,7 +64,7 @@ Trainer::~Trainer() = default;
 
 // The configuration every rank must share, checked on every rank; the checkpoint root, claimed.
 void Trainer::configure() {
-  agreed([&] {
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     cfg_ = o_.model_config();
     hf_ = to_hf(cfg_);
     if (!o_.init_from.empty()) hf_.source = bmt::io::read_hf_config(o_.init_from).source;
@@ -89,12 +88,12 @@ void Trainer::configure() {
   // job here with a message naming it, instead of hanging or diverging later.
   bmt::agree_on_configuration(shared_description(o_, cfg_) + "; resume_from=" + facts_.resumed_from + "; " +
                               bmt::build_description());
-  agreed([&] { fault_ = FaultInjection::from_environment(); });
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] { fault_ = FaultInjection::from_environment(); });
   // The checkpoint root first: a job that would share it with another is told so before anything
   // else. The lock is held until the job ends: a second job saving into the root would delete
   // this one's steps.
   if (!o_.save.empty()) {
-    agreed([&] {
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
       checkpoints_.emplace(o_.save, o_.keep_last);
       if (bmt::rank() == 0) {
         check_writable_root(o_.save);
@@ -112,7 +111,7 @@ void Trainer::read_checkpoint() {
   context.state_path = facts_.resumed_from + "/training_state.json";
   context.marked_step = resumed_marked_step_;
   context.run_steps = o_.steps;
-  agreed([&] {
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     const auto state = bmt::io::load_training_state(context.state_path);  // collective, agreed on its own
     resumed_ = resume_point(state, context);
     check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
@@ -128,7 +127,7 @@ void Trainer::build_model() {
   checkpoint.keep_attention = o_.keep_attention;
   checkpoint.keep_residual = o_.keep_residual;
   facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
-  agreed([&] {
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     model_ = std::make_unique<GPT>(cfg_, o_.prefetch, checkpoint, o_.loss_chunk, o_.keep_blocks);
     bmt::init_parameters(*model_);
     // A run resumes from its own checkpoint; --init-from's weights start a fresh one.
@@ -158,7 +157,7 @@ void Trainer::build_optimizer() {
   ao.weight_decay = o_.weight_decay;
   ao.offload = o_.offload;
   ao.delayed_update = o_.offload_delayed;
-  agreed([&] { adamw_ = std::make_unique<bmt::optim::AdamW>(*model_, ao); });
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] { adamw_ = std::make_unique<bmt::optim::AdamW>(*model_, ao); });
   facts_.host_threads = adamw_->host_threads();
   bmt::optim::OptimManagerOptions mo;
   const bool f16 = cfg_.dtype == bmt::DType::f16;
@@ -179,14 +178,14 @@ void Trainer::build_optimizer() {
 void Trainer::resume() {
   if (facts_.resumed_from.empty()) return;
   const std::string path = facts_.resumed_from + "/optimizer.safetensors";
-  agreed([&] {
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::io::load_optimizer(*adamw_, path);
     // The optimizer counts the updates it applied: never more than the steps taken.
     BMT_REQUIRE(adamw_->step_count() <= resumed_.step,
                 "optimizer state '" << path << "': metadata 'step': expected at most the checkpoint's step "
                                     << resumed_.step << ", found " << adamw_->step_count());
     // The position must lie within this run's data.
-    const std::string problem = bmt::io::error_of([&] { loader_->restore(resumed_.data); });
+    const std::string problem = bmt::error_of([&] { loader_->restore(resumed_.data); });
     BMT_REQUIRE(problem.empty(), "training state '" << facts_.resumed_from << "/training_state.json': 'data': " << problem);
   });
   schedule_->set_step(resumed_.scheduler_step);
@@ -198,7 +197,7 @@ void Trainer::resume() {
 // The metrics file, the loss curve's and the timeline's paths, checked before the first step; the token
 // staging ring.
 void Trainer::open_outputs() {
-  agreed([&] {
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     log_ = std::make_unique<StepLog>(o_, facts_.start_step);
     // Each rank writes its own trace at the end; whether it can is known now.
     if (!o_.timeline.empty())
@@ -210,13 +209,13 @@ void Trainer::open_outputs() {
   // The loss is read from the device (a host wait) and averaged over ranks (a collective) only on
   // steps that print or record it. Rank 0 prints and writes the metrics, so its --log-every and
   // --metrics decide which steps those are, for every rank.
-  loss_every_ = o_.metrics.empty() ? o_.log_every : 1;
-  BMT_MPI_CHECK(MPI_Bcast(&loss_every_, 1, MPI_INT64_T, 0, bmt::context().mpi_comm()));
   // Rank 0's metrics writes are agreed on (a full disk ends every rank at once): every rank must
   // know whether there are any.
-  int records = log_->records() ? 1 : 0;
-  BMT_MPI_CHECK(MPI_Bcast(&records, 1, MPI_INT, 0, bmt::context().mpi_comm()));
-  records_metrics_ = records != 0;
+  std::int64_t from_root[2] = {o_.metrics.empty() ? o_.log_every : 1, log_->records() ? 1 : 0};
+  auto& ctx = bmt::context();
+  ctx.host_comm().broadcast(from_root, 2, bmt::DType::i64, 0, ctx.compute_stream());
+  loss_every_ = from_root[0];
+  records_metrics_ = from_root[1] != 0;
   staging_ = std::make_unique<TokenStaging>(2 * static_cast<std::size_t>(facts_.accumulation),
                                             static_cast<std::size_t>(facts_.micro_batch * o_.seq) * sizeof(std::int32_t));
   if (!o_.timeline.empty())
@@ -281,7 +280,6 @@ double Trainer::evaluate() {
 }
 
 int Trainer::evaluate_only() {
-  const MPI_Comm comm = bmt::context().mpi_comm();
   bmt::NoGradGuard no_grad;
   model_->eval();
   const std::uint64_t batches = val_loader_->steps_per_epoch();
@@ -295,7 +293,7 @@ int Trainer::evaluate_only() {
         // In the source's order, rank 0's first row is the file's first sequence. Every rank runs
         // the forward (its blocks gather collectively); rank 0 writes.
         const auto logits = model_->logits(tokens).to_host_floats();
-        agreed([&] {  // a failed write ends every rank
+        bmt::run_on_every_rank(MPI_COMM_NULL, [&] {  // a failed write ends every rank
           if (bmt::rank() != 0) return;
           write_output_file("--eval-logits", o_.eval_logits, "the logits",
                             {reinterpret_cast<const char*>(logits.data()), o_.seq * cfg_.vocab * sizeof(float)});
@@ -305,8 +303,10 @@ int Trainer::evaluate_only() {
       count += 1;
     }
   }
-  double totals[2] = {sum, count};
-  BMT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm));
+  auto& ctx = bmt::context();
+  const auto all = bmt::all_gather_f64(ctx.host_comm(), {sum, count}, ctx.compute_stream());
+  double totals[2] = {0, 0};
+  for (std::size_t r = 0; r < all.size(); r += 2) totals[0] += all[r], totals[1] += all[r + 1];
   const double loss = totals[0] / totals[1];
   const std::uint64_t sequences = batches * static_cast<std::uint64_t>(o_.batch);
   char line[256];
@@ -316,7 +316,7 @@ int Trainer::evaluate_only() {
   const std::uint64_t left = val_loader_->sequences_per_epoch() - sequences;
   if (left > 0)
     bmt::print_rank("eval: ", left, " sequence(s) at the end of --val-data left out (fewer than a --batch)");
-  agreed([&] {  // a failed write ends every rank
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {  // a failed write ends every rank
     if (o_.metrics.empty() || bmt::rank() != 0) return;
     const nlohmann::json record = {{"eval_loss", loss},
                                    {"perplexity", std::exp(loss)},
@@ -381,7 +381,7 @@ int Trainer::run() {
     if (eval_now) r.eval_loss = evaluate();
     if (records_metrics_) {
       fault_.at(FaultInjection::Point::metrics_record, r.step);
-      agreed([&] { log_->record(r); });
+      bmt::run_on_every_rank(MPI_COMM_NULL, [&] { log_->record(r); });
     }
     if (log_->prints(r)) bar.clear();
     log_->print(r);
@@ -399,12 +399,12 @@ int Trainer::run() {
   bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
   if (!o_.timeline.empty()) {
     fault_.at(FaultInjection::Point::timeline, o_.steps);
-    agreed([&] { bmt::timeline::write(); });
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] { bmt::timeline::write(); });
     bmt::print_rank("timeline: ", bmt::timeline::rank_path(o_.timeline, 0), " (one file per rank)");
   }
   if (o_.steps > start) {
     fault_.at(FaultInjection::Point::plot, o_.steps);
-    agreed([&] {
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
       log_->finish("bmt-train " + o_.model_name() + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
                    data_.entropy_rate);
     });

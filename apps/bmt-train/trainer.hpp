@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "agreed.hpp"
 #include "banner.hpp"
 #include "fault_injection.hpp"
 #include "model.hpp"
@@ -27,7 +26,8 @@ namespace bmt_train {
 class Trainer {
  public:
   // Sets the run up on every rank: the configuration every rank must share, data, model,
-  // optimizer, the checkpoint to resume from and the outputs. Throws UsageError on bad input.
+  // optimizer, the checkpoint to resume from and the outputs. Bad input throws the same bmt::Error
+  // on every rank (bmtrain/runtime/agreement.hpp).
   explicit Trainer(const TrainOptions& options);
   ~Trainer();
 

@@ -16,6 +16,7 @@
 #include "bmtrain/optim/memory_estimate.hpp"
 #include "bmtrain/optim/optim_manager.hpp"
 #include "bmtrain/optim/sgd.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/communicator.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/dtype.hpp"

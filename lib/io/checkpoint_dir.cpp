@@ -11,7 +11,8 @@
 #include <iterator>
 #include <system_error>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
@@ -77,7 +78,7 @@ void remove_step_dir(const std::string& dir) {
 }  // namespace
 
 CheckpointDir::CheckpointDir(std::string root, int keep_last, MPI_Comm comm)
-    : root_(std::move(root)), keep_last_(keep_last), comm_(io_comm(comm)) {
+    : root_(std::move(root)), keep_last_(keep_last), comm_(comm_or_world(comm)) {
   BMT_REQUIRE(!root_.empty(), "CheckpointDir: expected a root directory, found an empty path");
   BMT_REQUIRE(keep_last >= 0, "CheckpointDir: expected keep_last >= 0 (0 keeps all), found " << keep_last);
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/kernels/basic.hpp"
@@ -37,14 +37,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-// Collective: `text` as rank 0 has it, on every rank.
-void broadcast(MPI_Comm comm, std::string& text) {
-  std::uint64_t n = text.size();
-  BMT_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm));
-  text.resize(static_cast<std::size_t>(n));
-  BMT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   BMT_REQUIRE(in.good(), "cannot open '" << path << "'");
@@ -65,7 +57,7 @@ class HubFiles {
 
   // Collective.
   explicit HubFiles(const std::string& dir) {
-    const MPI_Comm comm = io_comm(MPI_COMM_NULL);
+    const MPI_Comm comm = comm_or_world(MPI_COMM_NULL);
     // Rank 0 looks at the directory and reads the index; the others take its findings.
     std::string kind, index;
     run_on_root(comm, [&] {
@@ -80,8 +72,8 @@ class HubFiles {
                                                        << ", found neither");
       }
     });
-    broadcast(comm, kind);
-    broadcast(comm, index);
+    broadcast_text(comm, kind, 0);
+    broadcast_text(comm, index, 0);
     std::map<std::string, std::string> file_of;  // tensor -> file, from the index
     std::set<std::string> files;
     if (kind == "index") {
@@ -328,7 +320,7 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
                  buffer.data() + slice.shard_offset * dtype_size(r.param.storage->dtype()));
     }
   });
-  agree_on_errors(io_comm(MPI_COMM_NULL), error.empty() ? "" : where + ": " + error);
+  agree_on_errors(comm_or_world(MPI_COMM_NULL), error.empty() ? "" : where + ": " + error);
   // Read in the parameters' dtype, then widened where the values are held in f32.
   for (auto& [s, buffer] : host) copy_into(s->shard(), Tensor::from_host(buffer.data(), {s->shard_size()}, s->dtype()));
 }
@@ -340,7 +332,7 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
 
 void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
                         const std::vector<HfTensor>& tensors, const HfExportOptions& options) {
-  const MPI_Comm comm = io_comm(MPI_COMM_NULL);
+  const MPI_Comm comm = comm_or_world(MPI_COMM_NULL);
   const std::string where = "Hugging Face export '" + dir + "'";
   BMT_REQUIRE(options.max_shard_bytes > 0, where << ": expected a positive shard size, found 0");
   const auto params = parameters_of(model);

@@ -5,7 +5,8 @@
 #include <cerrno>
 #include <vector>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "element_conversion.hpp"
@@ -19,7 +20,7 @@ constexpr int kMaxBcast = 1 << 30;
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path, MPI_Comm comm) : path_(path) {
-  comm = io_comm(comm);
+  comm = comm_or_world(comm);
   int rank = 0;
   BMT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   const std::string where = "safetensors reader '" + path + "': ";

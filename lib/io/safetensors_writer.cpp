@@ -3,7 +3,8 @@
 #include <sstream>
 #include <vector>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "element_conversion.hpp"
@@ -17,16 +18,6 @@ namespace {
 constexpr std::uint64_t kMaxBytesPerCall = std::uint64_t(1) << 30;
 // Elements converted per staging round when the caller's dtype differs from the file's.
 constexpr std::uint64_t kStagingElements = std::uint64_t(1) << 20;
-
-// Collective: agree_on_errors, returning the agreed message instead of throwing.
-std::string agreed(MPI_Comm comm, const std::string& error) {
-  try {
-    agree_on_errors(comm, error);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
-}
 
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -60,7 +51,7 @@ std::string write_at(MPI_File file, std::uint64_t offset, const void* data, std:
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<TensorSpec>& tensors,
                                      const std::map<std::string, std::string>& metadata, MPI_Comm comm)
-    : path_(path), comm_(io_comm(comm)) {
+    : path_(path), comm_(comm_or_world(comm)) {
   const std::string where = "safetensors writer '" + path + "': ";
   const std::string build_error = error_of([&] { header_ = SafetensorsHeader::build(tensors, metadata); });
   agree_on_errors(comm_, build_error.empty() ? "" : where + build_error);
@@ -161,7 +152,7 @@ void SafetensorsWriter::finish(bool report) {
   MPI_Comm_rank(comm_, &rank);
   MPI_Comm_size(comm_, &size);
 
-  std::string failure = agreed(comm_, io_error_);
+  std::string failure = agreed_error(comm_, io_error_);
 
   if (failure.empty()) {
     // Rank 0 checks that the ranks' ranges together cover the data section.
@@ -216,7 +207,7 @@ void SafetensorsWriter::finish(bool report) {
         }
       }
     }
-    failure = agreed(comm_, gap);
+    failure = agreed_error(comm_, gap);
   }
 
   if (failure.empty()) {
@@ -225,16 +216,16 @@ void SafetensorsWriter::finish(bool report) {
       error = write_at(file_, 0, header_.bytes().data(), header_.bytes().size());
       if (!error.empty()) error = where + "header: " + error;
     }
-    failure = agreed(comm_, error);
+    failure = agreed_error(comm_, error);
   }
   if (failure.empty()) {
     const int rc = MPI_File_sync(file_);
-    failure = agreed(comm_, rc == MPI_SUCCESS ? "" : where + "flushing to storage failed: " + detail::mpi_error_text(rc));
+    failure = agreed_error(comm_, rc == MPI_SUCCESS ? "" : where + "flushing to storage failed: " + detail::mpi_error_text(rc));
   }
   const int rc = MPI_File_close(&file_);
   file_ = MPI_FILE_NULL;
   if (failure.empty())
-    failure = agreed(comm_, rc == MPI_SUCCESS ? "" : where + "closing failed: " + detail::mpi_error_text(rc));
+    failure = agreed_error(comm_, rc == MPI_SUCCESS ? "" : where + "closing failed: " + detail::mpi_error_text(rc));
   if (report && !failure.empty()) throw Error(failure);
 }
 

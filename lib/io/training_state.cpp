@@ -1,6 +1,7 @@
 #include "bmtrain/io/training_state.hpp"
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 
@@ -39,7 +40,7 @@ void save_training_state(const std::string& path, const TrainingState& state, MP
 }
 
 TrainingState load_training_state(const std::string& path, MPI_Comm comm) {
-  comm = io_comm(comm);
+  comm = comm_or_world(comm);
   int rank = 0;
   BMT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   std::string text;
@@ -52,10 +53,7 @@ TrainingState load_training_state(const std::string& path, MPI_Comm comm) {
   } else {
     agree_on_errors(comm, "");
   }
-  long long length = static_cast<long long>(text.size());
-  BMT_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, comm));
-  text.resize(static_cast<std::size_t>(length));
-  BMT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, comm));
+  broadcast_text(comm, text, 0);
   return nlohmann::json::parse(text).get<TrainingState>();
 }
 

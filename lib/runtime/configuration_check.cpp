@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 
@@ -90,13 +91,6 @@ std::string first_difference(const std::string& reference, const std::string& ot
   return "the descriptions differ only in separators";  // same items, different text
 }
 
-void broadcast_text(std::string& text, int root, MPI_Comm comm) {
-  long long length = static_cast<long long>(text.size());
-  BMT_MPI_CHECK(MPI_Bcast(&length, 1, MPI_LONG_LONG, root, comm));
-  text.resize(static_cast<std::size_t>(length));
-  BMT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
-}
-
 }  // namespace
 
 std::string build_description() {
@@ -114,27 +108,23 @@ std::string build_description() {
 }
 
 void agree_on_configuration(const std::string& description, MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) comm = context().mpi_comm();
-  int rank = 0, size = 1;
-  BMT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  BMT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  comm = comm_or_world(comm);
   // min(h) and min(~h) = ~max(h) in one reduction: they are equal only if every rank has the same h.
   const std::uint64_t h = fnv1a(description);
   unsigned long long mine[2] = {h, ~h}, all[2] = {0, 0};
   BMT_MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
   if (all[0] == ~all[1]) return;
 
-  // They differ: find the lowest rank that differs from rank 0 and tell every rank how.
+  // They differ: each rank that differs from rank 0 says how, and the lowest one's words reach all.
   std::string reference = description;
-  broadcast_text(reference, 0, comm);
-  int differs = reference == description ? size : rank, first = size;
-  BMT_MPI_CHECK(MPI_Allreduce(&differs, &first, 1, MPI_INT, MPI_MIN, comm));
-  std::string other = description;
-  broadcast_text(other, first, comm);
-  BMT_REQUIRE(false, "configuration mismatch: expected every rank to run the same configuration and library build, "
-                     "found rank "
-                         << first << " of " << size << " differing from rank 0 ("
-                         << first_difference(reference, other, first) << ")");
+  broadcast_text(comm, reference, 0);
+  int rank = 0;
+  BMT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  std::string error;
+  if (reference != description)
+    error = "configuration mismatch: expected every rank to run the same configuration and library build as rank 0, "
+            "found " + first_difference(reference, description, rank);
+  agree_on_errors(comm, error);
 }
 
 }  // namespace bmt

@@ -236,6 +236,8 @@ Context& context() {
   return *g_context;
 }
 
+MPI_Comm comm_or_world(MPI_Comm comm) { return comm == MPI_COMM_NULL ? context().mpi_comm() : comm; }
+
 int rank() { return context().topology().rank; }
 int world_size() { return context().topology().world_size; }
 int local_rank() { return context().topology().local_rank; }

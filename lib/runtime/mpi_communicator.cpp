@@ -233,6 +233,13 @@ MPI_Datatype mpi_datatype(DType t) {
   return MPI_DATATYPE_NULL;
 }
 
+std::vector<double> all_gather_f64(Communicator& comm, const std::vector<double>& mine, Stream& s) {
+  static_assert(sizeof(double) == sizeof(std::int64_t), "a double travels as one 64-bit word");
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine.data(), all.data(), mine.size(), DType::i64, s);
+  return all;
+}
+
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";

@@ -1,5 +1,6 @@
 #include "bmtrain/zero/inspect.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -46,14 +47,20 @@ std::string inspect(Module& model) {
         m[k].max = std::max(m[k].max, v);
       }
     }
-    // One all-reduce of the sums and one of the extremes (min as the max of its negation).
-    std::vector<double> sums, extremes;
-    for (const auto& x : m) {
-      sums.insert(sums.end(), {x.n, x.sum, x.sq, x.gsum, x.gsq});
-      extremes.insert(extremes.end(), {-x.min, x.max});
+    // Per parameter 5 sums, then 2 extremes (min as the max of its negation), from every rank,
+    // folded in rank order.
+    const std::size_t width = 7 * m.size();
+    std::vector<double> mine;
+    mine.reserve(width);
+    for (const auto& x : m) mine.insert(mine.end(), {x.n, x.sum, x.sq, x.gsum, x.gsq});
+    for (const auto& x : m) mine.insert(mine.end(), {-x.min, x.max});
+    const auto all = all_gather_f64(ctx.host_comm(), mine, ctx.compute_stream());
+    std::vector<double> sums(5 * m.size(), 0.0), extremes(2 * m.size(), -std::numeric_limits<double>::infinity());
+    for (std::size_t r = 0; r < all.size() / std::max<std::size_t>(width, 1); ++r) {
+      const double* theirs = all.data() + width * r;
+      for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += theirs[i];
+      for (std::size_t i = 0; i < extremes.size(); ++i) extremes[i] = std::max(extremes[i], theirs[sums.size() + i]);
     }
-    MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM, ctx.mpi_comm());
-    MPI_Allreduce(MPI_IN_PLACE, extremes.data(), static_cast<int>(extremes.size()), MPI_DOUBLE, MPI_MAX, ctx.mpi_comm());
     for (std::size_t k = 0; k < m.size(); ++k) {
       const double n = std::max(1.0, sums[5 * k]);
       const double mean = sums[5 * k + 1] / n, gmean = sums[5 * k + 3] / n;

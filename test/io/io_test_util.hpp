@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/context.hpp"
 
 namespace bmt::test {
@@ -25,10 +26,7 @@ class SharedTempDir {
       buf.push_back('\0');
       if (mkdtemp(buf.data())) name = buf.data();
     }
-    int length = static_cast<int>(name.size());
-    MPI_Bcast(&length, 1, MPI_INT, 0, comm);
-    name.resize(static_cast<std::size_t>(length));
-    MPI_Bcast(name.data(), length, MPI_CHAR, 0, comm);
+    bmt::broadcast_text(comm, name, 0);
     path_ = name;
   }
   ~SharedTempDir() {

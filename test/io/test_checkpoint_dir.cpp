@@ -12,17 +12,17 @@
 
 #include "bmtrain/io/atomic_file.hpp"
 #include "bmtrain/io/checkpoint_dir.hpp"
-#include "bmtrain/io/collective_status.hpp"
 #include "bmtrain/io/directory_lock.hpp"
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/io/training_state.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "io_test_util.hpp"
 
 namespace fs = std::filesystem;
 using bmt::io::CheckpointDir;
-using bmt::io::error_of;
+using bmt::error_of;
 using bmt::test::SharedTempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -301,18 +301,6 @@ TEST(JsonFile, AtomicWriteReplacesAndLeavesNoTemporary) {
     EXPECT_THAT(error_of([&] { bmt::io::write_json_atomic(tmp / "no/such/dir.json", {}); }),
                 HasSubstr("cannot create '" + (tmp / "no/such/dir.json.tmp") + "': No such file or directory"));
   }
-}
-
-TEST(CollectiveStatus, OneRanksErrorIsEveryRanksError) {
-  const int failing = bmt::world_size() - 1;
-  const std::string message = error_of(
-      [&] { bmt::io::agree_on_errors(MPI_COMM_NULL, bmt::rank() == failing ? "disk full on this node" : ""); });
-  EXPECT_EQ(message, "disk full on this node (on rank " + std::to_string(failing) + " of " +
-                         std::to_string(bmt::world_size()) + ")");
-  EXPECT_EQ(error_of([&] { bmt::io::agree_on_errors(MPI_COMM_NULL, ""); }), "");
-  // The lowest failing rank's message wins, on every rank.
-  const std::string both = error_of([&] { bmt::io::agree_on_errors(MPI_COMM_NULL, "rank " + std::to_string(bmt::rank())); });
-  EXPECT_EQ(both, "rank 0 (on rank 0 of " + std::to_string(bmt::world_size()) + ")");
 }
 
 // A second holder of a directory's lock, even in this process (open-file-description locks), is

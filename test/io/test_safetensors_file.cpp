@@ -9,7 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -154,7 +154,7 @@ void check_with_independent_parser(const std::string& path) {
   EXPECT_EQ(file.size(), 8 + n + end_of_data);
 }
 
-std::string error_of(const std::function<void()>& f) { return bmt::io::error_of(f); }
+std::string error_of(const std::function<void()>& f) { return bmt::error_of(f); }
 
 }  // namespace
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/model_checkpoint.hpp"
 #include "bmtrain/io/safetensors_header.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -231,7 +231,7 @@ TEST(OptimizerStep, WholeNumbersOnly) {
   EXPECT_EQ(step("12"), 12);
   EXPECT_EQ(step("9007199254740992"), std::int64_t{1} << 53);
   for (const char* bad : {"abc", "-5", "", "+3", "1.5", " 7", "7 ", "0x10", "9007199254740993", "99999999999999999999"})
-    EXPECT_THAT(bmt::io::error_of([&] { step(bad); }),
+    EXPECT_THAT(bmt::error_of([&] { step(bad); }),
                 ::testing::HasSubstr(std::string("optimizer state 'o.safetensors': metadata 'step': expected a whole "
                                                  "number of steps in [0, 9007199254740992], found '") + bad + "'"))
         << bad;

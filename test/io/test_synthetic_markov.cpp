@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/synthetic_markov.hpp"
 #include "bmtrain/runtime/error.hpp"
 
@@ -177,10 +177,10 @@ TEST(SyntheticMarkov, SequencesAreAPureFunctionOfSeedAndIndex) {
 }
 
 TEST(SyntheticMarkov, ClearErrors) {
-  auto error = [](const MarkovOptions& o) { return bmt::io::error_of([&] { SyntheticMarkovDataset d(o); }); };
+  auto error = [](const MarkovOptions& o) { return bmt::error_of([&] { SyntheticMarkovDataset d(o); }); };
   EXPECT_THAT(error({1, 1, 0, 10}), HasSubstr("expected a vocabulary of at least 2 tokens, found 1"));
   EXPECT_THAT(error({10, 11, 0, 10}), HasSubstr("expected between 1 and 10 successors per token, found 11"));
   EXPECT_THAT(error({10, 0, 0, 10}), HasSubstr("found 0"));
   SyntheticMarkovDataset d({10, 2, 0, 10});
-  EXPECT_THAT(bmt::io::error_of([&] { d.transitions(10); }), HasSubstr("expected a token in [0, 10), found 10"));
+  EXPECT_THAT(bmt::error_of([&] { d.transitions(10); }), HasSubstr("expected a token in [0, 10), found 10"));
 }

@@ -10,7 +10,7 @@
 #include <climits>
 #include <set>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/token_dataset.hpp"
 #include "bmtrain/io/window_shuffle.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -56,7 +56,7 @@ std::vector<std::uint16_t> iota_tokens(std::size_t n, std::uint16_t first) {
   return t;
 }
 
-std::string error_of(const std::function<void()>& f) { return bmt::io::error_of(f); }
+std::string error_of(const std::function<void()>& f) { return bmt::error_of(f); }
 
 }  // namespace
 

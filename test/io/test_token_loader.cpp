@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "bmtrain/io/collective_status.hpp"
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/io/synthetic_markov.hpp"
 #include "bmtrain/io/token_dataset.hpp"
 #include "bmtrain/io/token_loader.hpp"
@@ -82,7 +82,7 @@ void expect_rows_of_single_rank_batches(std::shared_ptr<const bmt::io::SequenceS
   }
 }
 
-std::string error_of(const std::function<void()>& f) { return bmt::io::error_of(f); }
+std::string error_of(const std::function<void()>& f) { return bmt::error_of(f); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/configuration_check.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -42,14 +43,11 @@ TEST(ConfigurationCheck, DifferingModelSizeNamesTheRankAndTheItem) {
   const std::string mine = "model=tiny; layers=" + std::string(bmt::rank() >= first ? "3" : "2") + "; dim=64";
   const std::string message = error_of(mine);
   EXPECT_THAT(message, HasSubstr("configuration mismatch"));
-  EXPECT_THAT(message, HasSubstr("rank " + std::to_string(first) + " of " + std::to_string(n)));
+  EXPECT_THAT(message, HasSubstr("(on rank " + std::to_string(first) + " of " + std::to_string(n) + ")"));
   EXPECT_THAT(message, HasSubstr("'layers': rank 0 has 'layers=2', rank " + std::to_string(first) + " has 'layers=3'"));
   // Every rank got the same message, so every rank can report it alike.
   std::string from_root = message;
-  long long length = static_cast<long long>(from_root.size());
-  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, bmt::context().mpi_comm());
-  from_root.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(from_root.data(), static_cast<int>(length), MPI_CHAR, 0, bmt::context().mpi_comm());
+  bmt::broadcast_text(MPI_COMM_NULL, from_root, 0);
   EXPECT_EQ(message, from_root);
 }
 
@@ -60,7 +58,7 @@ TEST(ConfigurationCheck, DifferingLibraryBuildIsReported) {
   std::string build = bmt::build_description();
   if (bmt::rank() == 1) build.replace(0, build.find(';'), "bmtrain=9.9.9");
   const std::string message = error_of("layers=2; " + build);
-  EXPECT_THAT(message, HasSubstr("rank 1 of"));
+  EXPECT_THAT(message, HasSubstr("(on rank 1 of"));
   EXPECT_THAT(message, HasSubstr("'bmtrain': rank 0 has 'bmtrain="));
   EXPECT_THAT(message, HasSubstr("rank 1 has 'bmtrain=9.9.9'"));
 }

@@ -15,7 +15,7 @@
 //   ckpt.commit_save(step);                                   // collective
 //   if (auto last = ckpt.latest()) resume_from(ckpt.step_path(*last));
 //
-// Every collective call agrees on failures across ranks (collective_status.hpp): an unwritable root
+// Every collective call agrees on failures across ranks (bmtrain/runtime/agreement.hpp): an unwritable root
 // or a full disk is the same bmt::Error on every rank, and no rank is left waiting.
 #include <mpi.h>
 

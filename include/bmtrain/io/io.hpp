@@ -3,7 +3,6 @@
 // token datasets and their loader, Hugging Face checkpoints. docs/CHECKPOINTS.md describes the
 // on-disk layout, docs/MODELS.md the Hugging Face one.
 #include "bmtrain/io/checkpoint_dir.hpp"
-#include "bmtrain/io/collective_status.hpp"
 #include "bmtrain/io/directory_lock.hpp"
 #include "bmtrain/io/hf_checkpoint.hpp"
 #include "bmtrain/io/hf_config.hpp"

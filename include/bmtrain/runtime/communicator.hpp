@@ -8,6 +8,7 @@
 // different ranks. The runtime therefore gives gathers and scatters communicators of their own.
 #include <cstddef>
 #include <memory>
+#include <vector>
 #include <mpi.h>
 
 #include "bmtrain/runtime/dtype.hpp"
@@ -54,5 +55,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm);
 
 // MPI datatype used to carry elements of `t` (16-bit floats travel as MPI_UINT16_T).
 MPI_Datatype mpi_datatype(DType t);
+
+// Every rank's `mine` (the same length on every rank), rank r's at [r * mine.size(), ...): host
+// doubles, which the communicators carry as 64-bit words (there is no f64 dtype). Runs on `s` like
+// any collective; with the host communicator on the compute stream, whose work runs on the calling
+// thread, the result is ready when the call returns.
+std::vector<double> all_gather_f64(Communicator& comm, const std::vector<double>& mine, Stream& s);
 
 }  // namespace bmt

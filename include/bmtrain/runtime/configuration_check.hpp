@@ -19,8 +19,9 @@ namespace bmt {
 std::string build_description();
 
 // Collective over `comm` (MPI_COMM_NULL: the runtime's world). Returns if every rank passed the same
-// description (one MPI_Allreduce); otherwise every rank throws the same bmt::Error naming the lowest
-// rank whose description differs from rank 0's and the first item that differs.
+// description (one MPI_Allreduce); otherwise every rank throws the same bmt::Error (agreement.hpp)
+// naming the first item that differs and, "(on rank N of M)", the lowest rank that differs from
+// rank 0.
 void agree_on_configuration(const std::string& description, MPI_Comm comm = MPI_COMM_NULL);
 
 }  // namespace bmt

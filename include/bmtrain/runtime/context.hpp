@@ -76,6 +76,9 @@ void at_finalize(std::function<void()> teardown);
 bool is_initialized();
 // The context; throws bmt::Error if init_distributed has not been called.
 Context& context();
+// `comm`, or the runtime's world (context().mpi_comm()) for MPI_COMM_NULL: the communicator of a
+// collective call that takes an optional one.
+MPI_Comm comm_or_world(MPI_Comm comm);
 
 int rank();
 int world_size();
