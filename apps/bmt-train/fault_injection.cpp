@@ -52,7 +52,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   for (const auto& [fault, point, limit] : {std::tuple{"disk-full", Point::save_begun, 4096},
                                             std::tuple{"disk-full-metrics", Point::metrics_record, 4096},
                                             std::tuple{"disk-full-plot", Point::plot, 256},
-                                            std::tuple{"disk-full-timeline", Point::timeline, 256}})
+                                            std::tuple{"disk-full-timeline", Point::timeline, 256},
+                                            std::tuple{"disk-full-export", Point::export_hf, 4096}})
     if (name == fault) {
       f.kind_ = Kind::disk_full;
       f.point_ = point;
@@ -62,8 +63,8 @@ FaultInjection FaultInjection::parse(const std::string& spec) {
   BMT_REQUIRE(f.kind_ != Kind::none && read_number(step_text, f.step_) && f.step_ > 0 && read_number(rank_text, rank) &&
                   rank < (1 << 30),
               "BMT_TRAIN_FAULT: expected <fault>:<step>[:<rank>] with fault kill-step, kill-save-begun, kill-save-model, "
-              "kill-save-files, disk-full, disk-full-metrics, disk-full-plot, disk-full-timeline, nan-loss or "
-              "inf-loss and a step > 0, found '"
+              "kill-save-files, disk-full, disk-full-metrics, disk-full-plot, disk-full-timeline, "
+              "disk-full-export, nan-loss or inf-loss and a step > 0, found '"
                   << spec << "'");
   f.rank_ = static_cast<int>(rank);
   return f;

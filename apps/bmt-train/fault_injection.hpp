@@ -18,6 +18,8 @@
 //                     last step): every picture is larger
 //   disk-full-timeline the same, at 256 bytes, before rank <rank> writes its --timeline trace after
 //                     step <step> (the last step): every trace is larger
+//   disk-full-export  the same, at 4 KiB, before the --export-hf files are written after step <step>
+//                     (the last step)
 //   nan-loss          the loss of step <step> on that rank is multiplied by NaN (so are its gradients)
 //   inf-loss          the same with +infinity
 #include <cstdint>
@@ -28,7 +30,7 @@ namespace bmt_train {
 class FaultInjection {
  public:
   enum class Point { none, after_backward, save_begun, save_model_written, save_files_written, metrics_record, plot,
-                     timeline };
+                     timeline, export_hf };
 
   // Reads BMT_TRAIN_FAULT; throws bmt::Error for a value it cannot read.
   static FaultInjection from_environment();

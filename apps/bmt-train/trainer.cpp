@@ -394,7 +394,10 @@ int Trainer::run() {
   bar.clear();
   manager_->settle();  // the last step's outcome (a skip is reported)
   if (checkpoints_ && o_.steps > start) save(o_.steps);
-  if (!o_.export_hf.empty()) export_hf();
+  if (!o_.export_hf.empty()) {
+    fault_.at(FaultInjection::Point::export_hf, o_.steps);
+    export_hf();
+  }
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
   bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
   if (!o_.timeline.empty()) {

@@ -55,6 +55,12 @@ expect_failure "a timeline trace on a full disk (was a trace cut short)" 2 \
 [ ! -e "$work/tl/t.rank1.json" ] && [ ! -e "$work/tl/t.rank1.json.tmp" ] || fail "a timeline on a full disk: a trace (or its temporary) was left"
 [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "a timeline on a full disk: expected exactly one error line"
 
+JOB_ENV="BMT_TRAIN_FAULT=disk-full-export:5" job 2 "${tiny[@]}" --steps 5 --export-hf "$work/hf"
+expect_failure "a Hugging Face export on a full disk" 2 \
+  "bmt-train: error: safetensors writer '$work/hf/model.safetensors': .*\(no space left, or a file size limit\?\)" 60
+[ ! -e "$work/hf/config.json" ] || fail "an export on a full disk: config.json written, so the partial export looks loadable"
+[ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "an export on a full disk: expected exactly one error line"
+
 # An evaluation's outputs: 600 tokens of validation data, named as nanoGPT names them.
 for ((i = 0; i < 600; i++)); do printf "$(printf '\\%03o\\000' $((i * 7 % 256)))"; done >"$work/val.bin"
 eval=("${tiny[@]}" --eval-only --val-data "$work/val.bin")
