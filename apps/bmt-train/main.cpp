@@ -14,8 +14,12 @@
 #include "trainer.hpp"
 
 int main(int argc, char** argv) {
-  bmt::InitOptions init;
-  bmt::init_distributed(&argc, &argv, init);
+  try {
+    bmt::init_distributed(&argc, &argv);
+  } catch (const bmt::Error& e) {  // a bad environment variable, agreed on by every rank
+    std::fprintf(stderr, "bmt-train: error: %s\n", e.what());
+    return 2;
+  }
   bmt_train::JobExit job_exit;
   int code = 0;
   std::string error;

@@ -20,6 +20,7 @@
 #include "bmtrain/runtime/communicator.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/dtype.hpp"
+#include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
 #include "bmtrain/runtime/stream.hpp"

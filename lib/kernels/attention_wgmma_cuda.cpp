@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "attention_cuda.hpp"
+#include "bmtrain/runtime/environment.hpp"
 
 namespace bmt::kernels::attention_tiles {
 
@@ -471,7 +472,7 @@ void launch_backward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v
 // still load the plain sm_90 code). Asked once, with one wait.
 bool wgmma_available() {
   static const bool available = [] {
-    if (std::getenv("BMT_ATTENTION_NO_WGMMA")) return false;
+    if (environment().attention_no_wgmma) return false;
     int* flag = nullptr;
     BMT_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
     wgmma_probe<<<1, 1, 0, compute_stream()>>>(flag);

@@ -26,6 +26,7 @@
 #include "bmtrain/kernels/gemm.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/cuda_check.hpp"
+#include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 #include "fast_path.hpp"
 #include "gemm_check.hpp"
@@ -386,12 +387,6 @@ bool gemm_fuses_gelu(const GemmParams& p) {
   return session().gelu_in_epilogue(p);
 }
 
-bool gemm_autotune() {
-  static const bool on = [] {
-    const char* v = std::getenv("BMT_GEMM_AUTOTUNE");
-    return v && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
+bool gemm_autotune() { return environment().gemm_autotune; }
 
 }  // namespace bmt::kernels

@@ -1,8 +1,6 @@
 #include "bmtrain/kernels/index_check.hpp"
 
-#include <cstdlib>
-#include <cstring>
-
+#include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/memory.hpp"
 
@@ -10,9 +8,7 @@ namespace bmt {
 
 namespace {
 bool validation_default() {
-  const char* env = std::getenv("BMT_VALIDATE_INDICES");
-  if (env && *env) return std::strcmp(env, "0") != 0;
-  return memory::is_host();
+  return environment().validate_indices.value_or(memory::is_host());
 }
 bool& validation_flag() {
   static bool on = validation_default();

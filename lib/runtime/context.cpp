@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "bmtrain/runtime/agreement.hpp"
+#include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
 #include "runtime_internal.hpp"
@@ -165,6 +167,14 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   BMT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->mpi_world_));
   BMT_MPI_CHECK(MPI_Comm_set_errhandler(ctx->mpi_world_, MPI_ERRORS_RETURN));
   read_topology(ctx->mpi_world_, ctx->topology_);
+  // The environment's options, read once here. A bad value on any rank stops every rank, which
+  // leave MPI as they found it, so that a program can report the error and return.
+  const std::string environment_error = agreed_error(ctx->mpi_world_, error_of([] { environment(); }));
+  if (!environment_error.empty()) {
+    MPI_Comm_free(&ctx->mpi_world_);
+    if (ctx->owns_mpi_) MPI_Finalize();
+    throw Error(environment_error);
+  }
   if (provided < MPI_THREAD_MULTIPLE && ctx->topology_.rank == 0)
     warn("MPI provides thread level ", provided, " below MPI_THREAD_MULTIPLE; "
          "communication streams will take turns calling MPI (non-blocking calls, polled); "

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bmtrain/runtime/context.hpp"
+#include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
 #include "timeline_internal.hpp"
@@ -205,10 +206,8 @@ void enable(const std::string& path, Detail level) {
 }
 
 void detail::runtime_starting(Stream& compute) {
-  const char* path = std::getenv("BMT_TIMELINE");
-  const char* ops = std::getenv("BMT_TIMELINE_OPS");
-  const bool with_ops = ops && *ops && std::string(ops) != "0";
-  if (path && *path) enable_on(path, with_ops ? Detail::ops : Detail::blocks, compute);
+  const auto& env = environment();
+  if (!env.timeline.empty()) enable_on(env.timeline, env.timeline_ops ? Detail::ops : Detail::blocks, compute);
 }
 
 void disable() { detail::g_on.store(false, std::memory_order_relaxed); }

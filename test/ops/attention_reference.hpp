@@ -13,6 +13,8 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "bmtrain/runtime/environment.hpp"
+
 namespace bmt::testing {
 
 // q [B, H, Tq, D]; k, v [B, Hk, Tk, D] with Hk = kv_heads() (0: as many as q).
@@ -131,7 +133,7 @@ inline std::string expected_tensor_core_kernel(std::int64_t D) {
   int device = 0, major = 0;
   if (cudaGetDevice(&device) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9 &&
-      D == 64 && !std::getenv("BMT_ATTENTION_NO_WGMMA"))
+      D == 64 && !bmt::environment().attention_no_wgmma)
     return "wgmma";
 #else
   (void)D;

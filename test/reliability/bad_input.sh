@@ -65,6 +65,8 @@ bad "--beta2 1" "--beta2: expected a number in \[0, 1\)" "${run[@]}" --beta2 1 -
 bad "--layers -1" "--layers: expected a size" "${run[@]}" --layers -1 --metrics "$work/m.jsonl"
 bad "--dim 99999999999" "--dim: expected a size" "${run[@]}" --dim 99999999999 --metrics "$work/m.jsonl"
 bad "--batch 10^12 (too many tokens per step)" "tokens per step" "${run[@]}" --batch 1000000000000 --metrics "$work/m.jsonl"
+JOB_ENV="BMT_GEMM_AUTOTUNE=yes" job 2 "${run[@]}" --metrics "$work/m.jsonl"
+expect_failure "BMT_GEMM_AUTOTUNE=yes" 2 "bmt-train: error: BMT_GEMM_AUTOTUNE: expected 1 or 0 \(or unset\), found 'yes' \(on rank 0 of 2\)" 60
 JOB_ENV="BMT_TRAIN_FAULT=explode:3" bad "BMT_TRAIN_FAULT malformed" "BMT_TRAIN_FAULT: expected" "${run[@]}" --metrics "$work/m.jsonl"
 
 # One token id out of range (300 >= vocab 256) in one sequence: only the rank that draws it fails,
