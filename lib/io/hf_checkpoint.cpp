@@ -386,6 +386,11 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     std::error_code ec;
     fs::create_directories(dir, ec);
     BMT_REQUIRE(!ec && fs::is_directory(dir), where << ": cannot create the directory: " << ec.message());
+    // config.json is written last, once every weight is: an export that fails part way (a full
+    // disk) leaves a directory that from_pretrained refuses, not an earlier export's config over
+    // weights cut short.
+    fs::remove(dir + "/config.json", ec);
+    BMT_REQUIRE(!ec, where << ": cannot remove the earlier export's 'config.json': " << ec.message());
     // An earlier export's weights that this one does not overwrite would be read in place of it.
     const std::set<std::string> written(names.begin(), names.end());
     for (const auto& f : fs::directory_iterator(dir)) {

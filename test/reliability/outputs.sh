@@ -55,10 +55,13 @@ expect_failure "a timeline trace on a full disk (was a trace cut short)" 2 \
 [ ! -e "$work/tl/t.rank1.json" ] && [ ! -e "$work/tl/t.rank1.json.tmp" ] || fail "a timeline on a full disk: a trace (or its temporary) was left"
 [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "a timeline on a full disk: expected exactly one error line"
 
+job 2 "${tiny[@]}" --steps 5 --export-hf "$work/hf"
+expect_success "a Hugging Face export"
+[ -s "$work/hf/config.json" ] || fail "a Hugging Face export: no config.json"
 JOB_ENV="BMT_TRAIN_FAULT=disk-full-export:5" job 2 "${tiny[@]}" --steps 5 --export-hf "$work/hf"
 expect_failure "a Hugging Face export on a full disk" 2 \
   "bmt-train: error: safetensors writer '$work/hf/model.safetensors': .*\(no space left, or a file size limit\?\)" 60
-[ ! -e "$work/hf/config.json" ] || fail "an export on a full disk: config.json written, so the partial export looks loadable"
+[ ! -e "$work/hf/config.json" ] || fail "an export on a full disk: a config.json (the earlier export's) beside weights cut short"
 [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "an export on a full disk: expected exactly one error line"
 
 # An evaluation's outputs: 600 tokens of validation data, named as nanoGPT names them.

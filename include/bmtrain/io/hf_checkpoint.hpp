@@ -74,7 +74,9 @@ struct HfExportOptions {
 };
 
 // Collective. Writes `dir` (created if needed): config.json (hf_config_json(config), with the
-// model's dtype as torch_dtype) and the weights in the model's dtype.
+// model's dtype as torch_dtype) and the weights in the model's dtype. An earlier export's
+// config.json is removed first and the new one written last, so a directory with a config.json
+// holds a whole export.
 void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
                         const HfExportOptions& options = {});
 void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
