@@ -8,6 +8,7 @@
 #include <bmtrain/bmtrain.hpp>
 
 #include <cstdio>
+#include <new>
 
 #include "job_exit.hpp"
 #include "options.hpp"
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
     if (run) code = bmt_train::train(options);
   } catch (const bmt::Error& e) {
     error = e.what();
+    code = 2;
+  } catch (const std::bad_alloc&) {
+    error = bmt::kOutOfHostMemory;
     code = 2;
   } catch (const std::exception& e) {
     error = std::string("internal error: ") + e.what();

@@ -2,7 +2,14 @@
 
 #include <algorithm>
 
+#include <bmtrain/bmtrain.hpp>
 #include <bmtrain/optim/memory_estimate.hpp>
+#include <bmtrain/runtime/host_memory.hpp>
+#include <bmtrain/tensor/memory.hpp>
+
+#include <string>
+
+#include "units.hpp"
 
 namespace bmt_train {
 
@@ -15,13 +22,44 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg, in
   plan.dtype = cfg.dtype;
   plan.offload = o.offload;
   plan.accumulates = accumulation > 1;
-  plan.prefetch = o.prefetch;
+  // A block list gathers at most every block ahead: a deeper prefetch takes no more.
+  plan.prefetch = static_cast<int>(std::min<std::int64_t>(o.prefetch, std::max<std::int64_t>(cfg.layers - 1, 0)));
   // A block keeps its gathered parameters from forward to backward at zero level 2, or when it
   // keeps its activations.
   plan.kept_blocks = static_cast<int>(o.zero_level == 2 || !o.checkpointing ? cfg.layers
                                                                             : std::min(o.keep_blocks, cfg.layers));
   const auto e = bmt::optim::estimate_memory(plan);
   return {e.device_state, e.device_buffers, e.host_state, e.device_bytes_per_parameter, e.host_bytes_per_parameter};
+}
+
+void require_memory(const MemoryEstimate& e) {
+  auto& t = bmt::context().topology();
+  const std::string ranks = std::to_string(t.local_size) + " rank" + (t.local_size > 1 ? "s" : "");
+  const std::string parts = bytes_text(e.sharded_state) + " sharded state + " + bytes_text(e.buffers) +
+                            " gather/gradient buffers" +
+                            (e.host_state > 0 ? " + " + bytes_text(e.host_state) + " offloaded optimizer state" : "");
+  if (bmt::memory::is_host()) {
+    // The device is the host: every rank of the node draws on its memory.
+    const double need = (e.sharded_state + e.buffers + e.host_state) * t.local_size;
+    const double have = static_cast<double>(bmt::available_host_memory());
+    BMT_REQUIRE(need <= have, "memory: expected this configuration to fit in the " << bytes_text(have)
+                                  << " of host memory available on " << t.hostname << " (MemAvailable), found an "
+                                  << "estimated " << bytes_text(need) << " needed before activations by its " << ranks
+                                  << " (" << parts << " each)");
+    return;
+  }
+  const double device = e.sharded_state + e.buffers;
+  const double free = static_cast<double>(bmt::memory::available_device_memory());
+  BMT_REQUIRE(device <= free, "memory: expected this configuration to fit in the " << bytes_text(free)
+                                  << " free on this rank's device, found an estimated " << bytes_text(device)
+                                  << " needed before activations (" << parts
+                                  << "): spread it over more ranks, or offload the optimizer (--offload)");
+  const double host = e.host_state * t.local_size;
+  const double have = static_cast<double>(bmt::available_host_memory());
+  BMT_REQUIRE(host <= have, "memory: expected the offloaded optimizer's state to fit in the " << bytes_text(have)
+                                << " of host memory available on " << t.hostname << " (MemAvailable), found an "
+                                << "estimated " << bytes_text(host) << " needed by its " << ranks << " ("
+                                << bytes_text(e.host_state) << " each)");
 }
 
 }  // namespace bmt_train

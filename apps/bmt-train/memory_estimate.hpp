@@ -22,4 +22,10 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config, int world,
                                std::int64_t accumulation, std::size_t largest_block);
 
+// Refuses an estimate that cannot fit, before any of it is allocated: a bmt::Error naming the
+// bytes needed and the bytes there are, for the device (on the host build, the host memory the
+// ranks of a node share) and for the host (an offloaded optimizer's state, shared likewise).
+// Activations come on top, so passing promises nothing; failing means the run could not start.
+void require_memory(const MemoryEstimate& estimate);
+
 }  // namespace bmt_train

@@ -127,8 +127,17 @@ void Trainer::build_model() {
   checkpoint.keep_attention = o_.keep_attention;
   checkpoint.keep_residual = o_.keep_residual;
   facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
+  // What the model will take is known before any of it is allocated: a configuration that cannot
+  // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     model_ = std::make_unique<GPT>(cfg_, o_.prefetch, checkpoint, o_.loss_chunk, o_.keep_blocks);
+    std::int64_t largest_block = 0;
+    for (std::int64_t size : bmt::planned_storage_sizes(*model_, world_)) largest_block = std::max(largest_block, size);
+    facts_.memory = estimate_memory(o_, cfg_, world_, facts_.accumulation, static_cast<std::size_t>(largest_block));
+    // An evaluation holds no optimizer state, which the estimate counts.
+    if (!o_.eval_only) require_memory(facts_.memory);
+  });
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::init_parameters(*model_);
     // A run resumes from its own checkpoint; --init-from's weights start a fresh one.
     if (!facts_.resumed_from.empty())
@@ -143,10 +152,6 @@ void Trainer::build_model() {
     schedule_ = bmt::optim::make_scheduler(o_.schedule, facts_.peak_lr, o_.warmup,
                                            std::max<std::int64_t>(o_.steps, o_.warmup + 1), o_.min_lr);
   });
-  std::size_t largest_block = 0;
-  for (auto* s : bmt::sharded_storages(*model_))
-    largest_block = std::max(largest_block, static_cast<std::size_t>(s->total()));
-  facts_.memory = estimate_memory(o_, cfg_, world_, facts_.accumulation, largest_block);
 }
 
 // AdamW over the model's weights as they are now, and the OptimManager that steps it.

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <limits>
+#include <new>
 
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -60,6 +61,8 @@ void run_on_root(MPI_Comm comm, const std::function<void()>& step, int root) {
 std::string error_of(const std::function<void()>& step) {
   try {
     step();
+  } catch (const std::bad_alloc&) {
+    return kOutOfHostMemory;
   } catch (const std::exception& e) {
     std::string what = e.what();
     return what.empty() ? "unknown error" : what;

@@ -1,6 +1,7 @@
 // CUDA build of the raw memory seam: cudaMalloc'd blocks; copies and fills on the compute stream.
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/cuda_check.hpp"
+#include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
 
 namespace bmt::memory {
@@ -16,6 +17,13 @@ void* system_allocate(std::size_t bytes) {
     return nullptr;
   }
   return ptr;
+}
+std::size_t available_device_memory() {
+  std::size_t free = 0, total = 0;
+  BMT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  // Blocks the caching allocator keeps for reuse are this rank's to hand out as well.
+  const auto stats = memory_stats();
+  return free + (stats.reserved_bytes - stats.allocated_bytes);
 }
 void system_free(void* ptr) {
   // The block may still be in use by queued work: wait for the device first.

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bmtrain/runtime/host_memory.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/runtime/stream.hpp"
@@ -13,6 +14,7 @@ void* system_allocate(std::size_t bytes) {
   return std::aligned_alloc(kAllocationAlignment, rounded);
 }
 void system_free(void* ptr) { std::free(ptr); }
+std::size_t available_device_memory() { return available_host_memory(); }
 void copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
   if (bytes) std::memcpy(host_dst, src, bytes);
 }

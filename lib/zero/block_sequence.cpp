@@ -59,6 +59,13 @@ std::size_t gather_bytes(ShardedStorage& s) {
   return static_cast<std::size_t>(s.total()) * dtype_size(s.dtype());
 }
 
+// Prefetching past the last block gathers nothing more; it would only add ring slots (one each:
+// a depth in the billions would not fit in memory).
+int prefetch_depth(int depth, std::size_t blocks) {
+  const std::size_t most = blocks > 1 ? blocks - 1 : 0;
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(depth, 0)), most));
+}
+
 // A gathered copy of one block's parameters: a ring slot, or a buffer of its own when the block
 // keeps its parameters from forward to backward.
 struct Gathered {
@@ -71,7 +78,9 @@ class BlockSequence final : public autograd::Function {
  public:
   BlockSequence(std::vector<CheckpointBlockBase*> blocks, std::vector<CheckpointBlockBase::Body> bodies,
                 int depth)
-      : blocks_(std::move(blocks)), bodies_(std::move(bodies)), depth_(std::max(depth, 0)) {
+      : blocks_(std::move(blocks)),
+        bodies_(std::move(bodies)),
+        depth_(prefetch_depth(depth, blocks_.size())) {
     BMT_REQUIRE(!blocks_.empty() && blocks_.size() == bodies_.size(),
                 "TransformerBlockList: expected at least one block, found " << blocks_.size());
     for (auto* b : blocks_) {

@@ -40,7 +40,29 @@ void collect(Module& m, std::vector<ShardedStorage*>& out) {
   for (const auto& [name, child] : m.children()) collect(*child, out);
 }
 
+// place()'s walk, with sizes instead of storages.
+void plan(Module& m, int world, std::vector<std::int64_t>& out) {
+  const auto total = [&](const std::vector<std::pair<std::string, Tensor>>& parameters) {
+    std::vector<std::int64_t> numels;
+    for (const auto& [name, p] : parameters) numels.push_back(p.numel());
+    return ShardedStorage::planned_total(numels, parameters.empty() ? DType::f32 : parameters.front().second.dtype(),
+                                         world);
+  };
+  if (m.sharding() == Module::Sharding::block) {
+    out.push_back(total(m.named_parameters("")));
+    return;
+  }
+  for (const auto& [name, p] : m.parameters_here()) out.push_back(total({{name, p}}));
+  for (const auto& [name, child] : m.children()) plan(*child, world, out);
+}
+
 }  // namespace
+
+std::vector<std::int64_t> planned_storage_sizes(Module& model, int world_size) {
+  std::vector<std::int64_t> out;
+  plan(model, world_size, out);
+  return out;
+}
 
 void init_parameters(Module& model) {
   Context& ctx = context();

@@ -36,7 +36,25 @@ void round_values(const Kokkos::DefaultExecutionSpace& space, const float* src, 
       KOKKOS_LAMBDA(std::int64_t i) { dst[i] = kernels::from_f32<P>(src[i]); });
 }
 
+// Elements a parameter of `numel` elements takes in the flat buffer, so that the next starts
+// aligned (`align` elements: kAllocationAlignment bytes).
+std::int64_t slot_elements(std::int64_t numel, std::int64_t align) { return (numel + align - 1) / align * align; }
+
+std::int64_t alignment_elements(DType dtype) {
+  return static_cast<std::int64_t>(kAllocationAlignment / dtype_size(dtype));
+}
+
 }  // namespace
+
+std::int64_t ShardedStorage::planned_total(const std::vector<std::int64_t>& numels, DType dtype, int world_size) {
+  BMT_REQUIRE(world_size > 0, "ShardedStorage::planned_total: expected a world size > 0, found " << world_size);
+  const std::int64_t align = alignment_elements(dtype);
+  std::int64_t offset = 0;
+  for (std::int64_t n : numels) offset += slot_elements(n, align);
+  // Padded so that every shard has the same size and starts aligned.
+  const std::int64_t unit = align * world_size;
+  return std::max<std::int64_t>(unit, (offset + unit - 1) / unit * unit);
+}
 
 ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std::string, Tensor>>& parameters,
                                int rank, int world_size, std::uint64_t seed)
@@ -44,8 +62,9 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
   BMT_REQUIRE(world_size > 0 && rank >= 0 && rank < world_size,
               "ShardedStorage: expected 0 <= rank < world_size, found rank " << rank << " of " << world_size);
   if (!parameters.empty()) dtype_ = parameters.front().second.dtype();
-  const std::int64_t align = static_cast<std::int64_t>(kAllocationAlignment / dtype_size(dtype_));
+  const std::int64_t align = alignment_elements(dtype_);
   std::int64_t offset = 0;
+  std::vector<std::int64_t> numels;
   for (const auto& [pname, p] : parameters) {
     BMT_REQUIRE(is_parameter(p), "ShardedStorage '" << name_ << "': expected parameters, found a plain tensor '"
                                                    << pname << "'");
@@ -58,11 +77,10 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
                                                               << "' (was bmt::init_parameters called twice, or is "
                                                                  "the parameter registered in two places?)");
     entries_.push_back({pname, p, offset, p.numel(), p.impl()->param->trainable});
-    offset += (p.numel() + align - 1) / align * align;
+    offset += slot_elements(p.numel(), align);
+    numels.push_back(p.numel());
   }
-  // Pad so that every shard has the same size and starts aligned.
-  const std::int64_t unit = align * world_size;
-  total_ = std::max<std::int64_t>(unit, (offset + unit - 1) / unit * unit);
+  total_ = planned_total(numels, dtype_, world_size);
   shard_size_ = total_ / world_size;
   for (const auto& e : entries_)
     if (e.trainable) grad_layout_.insert(grad_layout_.end(), {e.offset, e.numel});

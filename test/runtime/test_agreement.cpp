@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -97,6 +98,8 @@ TEST(Agreement, ErrorOfNamesWhatAStepThrew) {
   EXPECT_EQ(bmt::error_of([] { throw std::runtime_error("x"); }), "x");
   EXPECT_EQ(bmt::error_of([] { throw std::runtime_error(""); }), "unknown error");
   EXPECT_THAT(bmt::error_of([] { throw 3; }), HasSubstr("exception of unknown type"));
+  // std::bad_alloc's own what() is "std::bad_alloc": said as running out of host memory.
+  EXPECT_EQ(bmt::error_of([] { throw std::bad_alloc(); }), bmt::kOutOfHostMemory);
 }
 
 TEST(Agreement, LowestRankWhere) {

@@ -3,6 +3,7 @@
 // mode. Each rank feeds different data, so the gradients also check the average over ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -525,3 +526,26 @@ TEST(CheckpointBlock, BlocksLaidOutDifferentlyShareTheGradientBuffers) {
 }
 
 }  // namespace
+
+// Memory planning: the storage sizes known before init_parameters are the ones it then allocates,
+// at this world size and at others.
+TEST(PlannedStorageSizes, AreWhatInitParametersAllocates) {
+  for (bool list : {true, false}) {
+    Model planned(3, 1, {}, list);
+    const auto sizes = bmt::planned_storage_sizes(planned, bmt::world_size());
+    EXPECT_TRUE(bmt::sharded_storages(planned).empty()) << "planning allocated storages";
+    Model model(3, 1, {}, list);
+    bmt::init_parameters(model);
+    std::vector<std::int64_t> totals;
+    for (auto* s : bmt::sharded_storages(model)) totals.push_back(s->total());
+    std::sort(totals.begin(), totals.end());
+    auto sorted = sizes;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, totals) << (list ? "block list" : "loose blocks");
+    for (int n : {1, 2, 3, 7}) {
+      const auto at_n = bmt::planned_storage_sizes(planned, n);
+      ASSERT_EQ(at_n.size(), sizes.size());
+      for (std::size_t i = 0; i < at_n.size(); ++i) EXPECT_EQ(at_n[i] % n, 0) << "padded for " << n << " ranks";
+    }
+  }
+}

@@ -40,6 +40,11 @@ void run_on_every_rank(MPI_Comm comm, const std::function<void()>& step);
 // Runs `step` on rank `root` only, then agrees on its outcome.
 void run_on_root(MPI_Comm comm, const std::function<void()>& step, int root = 0);
 
+// What error_of says of a std::bad_alloc, whose own what() says nothing a user can act on.
+inline constexpr const char* kOutOfHostMemory =
+    "out of memory: a host allocation failed (std::bad_alloc): expected the process's memory (or its "
+    "limit, ulimit -v) to hold what it allocates, found it exhausted";
+
 // Not collective: runs `step`, returning the message of the exception it throws ("" if none).
 std::string error_of(const std::function<void()>& step);
 

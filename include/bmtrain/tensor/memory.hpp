@@ -11,6 +11,10 @@ namespace bmt::memory {
 
 void* system_allocate(std::size_t bytes);  // nullptr when the system has no more
 void system_free(void* ptr);
+// Bytes this rank's memory space can still hand out: the CUDA device's free memory plus what the
+// caching allocator holds unused, or on the host build the host's available memory
+// (bmt::available_host_memory). For checks that refuse what cannot fit before it is allocated.
+std::size_t available_device_memory();
 // Blocking copies between the memory space and host memory.
 void copy_to_host(void* host_dst, const void* src, std::size_t bytes);
 void copy_from_host(void* dst, const void* host_src, std::size_t bytes);

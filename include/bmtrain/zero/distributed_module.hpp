@@ -39,4 +39,8 @@ void init_parameters(Module& model);
 // Every ShardedStorage below `model`, in module order: what the optimizer and checkpoints walk.
 std::vector<ShardedStorage*> sharded_storages(Module& model);
 
+// The total() of every storage init_parameters would give `model` on `world_size` ranks, in module
+// order, with nothing allocated: for memory planning before a model too large is initialized.
+std::vector<std::int64_t> planned_storage_sizes(Module& model, int world_size);
+
 }  // namespace bmt

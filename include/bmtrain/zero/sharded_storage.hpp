@@ -45,6 +45,9 @@ class ShardedStorage {
   // The shard's dtype: dtype(), or f32 once the values are held in f32 (hold_values_in_f32).
   DType shard_dtype() const { return shard_.dtype(); }
   std::int64_t total() const { return total_; }       // padded flat size, world_size * shard_size
+  // The total() of a storage of parameters of these element counts, all in `dtype`, on
+  // `world_size` ranks: known before any of it is allocated (memory planning).
+  static std::int64_t planned_total(const std::vector<std::int64_t>& numels, DType dtype, int world_size);
   std::int64_t shard_size() const { return shard_size_; }
   std::int64_t shard_begin() const { return rank_ * shard_size_; }
   std::int64_t parameter_count() const;               // sum of numel over the entries
