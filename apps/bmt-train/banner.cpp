@@ -57,9 +57,11 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
                                                        : std::string("a fresh initialization");
   if (o.eval_only)
     bmt::print_rank("| evaluating ", weights, " on ", o.val_data, "; nothing trained or saved");
-  else if (!f.resumed_from.empty())
-    bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step);
-  else if (!o.init_from.empty())
+  else if (!f.resumed_from.empty()) {
+    bmt::print_rank("| resumed from ", f.resumed_from, " at step ", f.start_step,
+                    f.resume_notes.empty() ? ": continues that run exactly" : "");
+    for (const auto& note : f.resume_notes) bmt::print_rank("| resume: ", note);
+  } else if (!o.init_from.empty())
     bmt::print_rank("| weights from ", weights);
   bmt::print_rank("+--------------------------------------------------------------");
 }

@@ -2,6 +2,7 @@
 // The startup table rank 0 prints: model, distribution, batch, data, schedule and memory.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "memory_estimate.hpp"
 #include "options.hpp"
@@ -18,6 +19,7 @@ struct RunFacts {
   MemoryEstimate memory;
   int host_threads = 0;           // the offloaded optimizer's update threads
   std::string resumed_from;       // empty: a fresh run
+  std::vector<std::string> resume_notes;  // what differs from the checkpoint's run (trajectory_changes)
   std::int64_t start_step = 0;
 };
 

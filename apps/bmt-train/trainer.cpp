@@ -76,6 +76,7 @@ void Trainer::configure() {
                 "--micro-batch " << facts_.micro_batch << ": expected a divisor of the " << facts_.local_batch
                                  << " sequences per rank");
     facts_.accumulation = facts_.local_batch / facts_.micro_batch;
+    facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
     data_ = open_training_data(o_, cfg_);
     facts_.entropy_rate = data_.entropy_rate;
     if (!o_.resume.empty()) {
@@ -115,6 +116,9 @@ void Trainer::read_checkpoint() {
     const auto state = bmt::io::load_training_state(context.state_path);  // collective, agreed on its own
     resumed_ = resume_point(state, context);
     check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
+    const auto saved = state.extra.find("trajectory");
+    facts_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
+                                             run_trajectory(), resumed_.step);
   });
   facts_.start_step = resumed_.step;
 }
@@ -126,7 +130,6 @@ void Trainer::build_model() {
   checkpoint.zero_level = o_.zero_level;
   checkpoint.keep_attention = o_.keep_attention;
   checkpoint.keep_residual = o_.keep_residual;
-  facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
   // What the model will take is known before any of it is allocated: a configuration that cannot
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
@@ -340,6 +343,10 @@ void Trainer::export_hf() {
                   ")");
 }
 
+nlohmann::json Trainer::run_trajectory() const {
+  return trajectory(o_, facts_.peak_lr, world_, data_.files);
+}
+
 void Trainer::save(std::int64_t step) {
   manager_->settle();  // step counts, schedule and loss scale as of the last step's outcome
   adamw_->flush();     // the model's values as of the last update (an offloaded one may be in flight)
@@ -355,7 +362,7 @@ void Trainer::save(std::int64_t step) {
   st.loss_scaler = {{"scale", manager_->loss_scale()}, {"clean_steps", manager_->clean_steps()}};
   st.rng = {{"seed", o_.seed}, {"key_counter", bmt::random::key_counter()}};
   st.data = loader_->state();
-  st.extra = {{"model", model_json}, {"world_size", world_}};
+  st.extra = {{"model", model_json}, {"world_size", world_}, {"trajectory", run_trajectory()}};
   bmt::io::save_training_state(dir + "/training_state.json", st);
   fault_.at(FaultInjection::Point::save_files_written, step);
   const std::string published = checkpoints_->commit_save(step);

@@ -5,6 +5,7 @@
 #include <bmtrain/io/checkpoint_dir.hpp>
 #include <bmtrain/io/directory_lock.hpp>
 #include <bmtrain/io/token_loader.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,8 @@ class Trainer {
   // --eval-only: the loss over every --val-data sequence once, printed (and in --metrics).
   int evaluate_only();
   void save(std::int64_t step);
+  // What this run's trajectory depends on, as its checkpoints record it.
+  nlohmann::json run_trajectory() const;
   void export_hf();
 
   const TrainOptions& o_;

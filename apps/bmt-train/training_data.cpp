@@ -16,7 +16,9 @@ TrainingData open_training_data(const TrainOptions& o, const ModelConfig& c) {
     d.train = chain;
     d.val = chain;  // evaluated in another order (the validation loader's seed)
   } else {
-    d.train = std::make_shared<bmt::io::TokenDataset>(o.data, bmt::io::parse_token_file_format(o.data_format));
+    auto files = std::make_shared<bmt::io::TokenDataset>(o.data, bmt::io::parse_token_file_format(o.data_format));
+    for (std::size_t i = 0; i < files->shard_count(); ++i) d.files.emplace_back(files->shard(i).path(), files->shard(i).size());
+    d.train = files;
   }
   if (!o.val_data.empty())
     d.val = std::make_shared<bmt::io::TokenDataset>(o.val_data, bmt::io::parse_token_file_format(o.data_format));

@@ -7,12 +7,14 @@
 #include <memory>
 
 #include "options.hpp"
+#include "trajectory.hpp"
 
 namespace bmt_train {
 
 struct TrainingData {
   std::shared_ptr<const bmt::io::SequenceSource> train, val;  // val: null when there is none
   double entropy_rate = -1;  // lowest achievable loss, when known (synthetic data)
+  DataFiles files;           // the training files, in order (none for synthetic data)
 };
 
 // --data and --val-data: the synthetic Markov chain (its held-out sequences come from the same

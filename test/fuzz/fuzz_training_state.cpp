@@ -1,7 +1,7 @@
 // Fuzz target: a checkpoint's training_state.json as bmt-train reads it to resume (JSON text ->
 // bmt::io::TrainingState -> bmt_train::resume_point, checked against the step of the checkpoint's
-// COMPLETE marker and the run's --steps, the model it records against the run's, and the data
-// position restored into a loader over a small source). The input is the file's content. Invalid
+// COMPLETE marker and the run's --steps, the model and trajectory it records against the run's,
+// and the data position restored into a loader over a small source). The input is the file's content. Invalid
 // JSON is the JSON parser's business; valid JSON with missing, ill-typed, out-of-range or
 // inconsistent fields must be a bmt::Error, never another exception.
 #include <bmtrain/io/token_loader.hpp>
@@ -14,6 +14,7 @@
 
 #include "fuzz_check.hpp"
 #include "resume_state.hpp"
+#include "trajectory.hpp"
 
 namespace {
 
@@ -39,6 +40,13 @@ void check(const bmt::io::TrainingState& state, std::int64_t marked_step, std::i
     BMT_FUZZ_CHECK(!point.loss_scale || *point.loss_scale > 0);
     bmt_train::TrainOptions options;
     bmt_train::check_checkpoint_model(state, bmt_train::checkpoint_model(options, options.model_config()), context);
+    // The trajectory it records against a run's: one line per difference, each naming a setting.
+    const auto saved = state.extra.find("trajectory");
+    const auto now = bmt_train::trajectory(options, 1e-2f, 2, {{"data/a.bin", 5000}});
+    const auto notes = bmt_train::trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved, now,
+                                                     point.step);
+    for (const auto& note : notes) BMT_FUZZ_CHECK(!note.empty() && note.find('\n') == std::string::npos);
+    if (saved != state.extra.end()) BMT_FUZZ_CHECK(bmt_train::trajectory_changes(now, now, point.step).empty());
     bmt::io::LoaderOptions lo;
     lo.global_batch = 4;
     lo.seq_len = 8;
