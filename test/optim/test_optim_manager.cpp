@@ -14,7 +14,7 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
-#include "toy_block.hpp"
+#include "common/toy_block.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <map>
 
-#include "../zero/gathered_parameters.hpp"
+#include "common/gathered_parameters.hpp"
 #include "gpt_reference.hpp"
 #include "small_gpt.hpp"
 

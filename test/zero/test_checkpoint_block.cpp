@@ -17,8 +17,8 @@
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
-#include "gathered_parameters.hpp"
-#include "toy_block.hpp"
+#include "common/gathered_parameters.hpp"
+#include "common/toy_block.hpp"
 
 namespace {
 
