@@ -252,7 +252,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
     const QkvRows<T> in(q, k, v, n, op);
     const auto orows = head_rows<T>(out, q.dtype(), n.queries(), "out", op);
     if (q.numel() == 0) return;
-    if (tensor_core_attention_forward(q, k, v, causal, scale, out, lse)) return;
+    if (seam::tensor_core_attention_forward(q, k, v, causal, scale, out, lse)) return;
     with_head_dim(n.d, [&](auto dim) {
       forward_rows<T, decltype(dim)::value>(n, in.q, in.k, in.v, orows, lse.data_as<float>(), causal, scale);
     });
@@ -272,7 +272,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
     const auto dkr = head_rows<T>(dk, q.dtype(), n.keys(), "dk", op);
     const auto dvr = head_rows<T>(dv, q.dtype(), n.keys(), "dv", op);
     if (n.b * n.h == 0 || n.d == 0) return;
-    if (tensor_core_attention_backward(q, k, v, out, dout, lse, causal, scale, dq, dk, dv)) return;
+    if (seam::tensor_core_attention_backward(q, k, v, out, dout, lse, causal, scale, dq, dk, dv)) return;
     Tensor delta = Tensor::empty({n.b, n.h, n.tq}, DType::f32);
     with_head_dim(n.d, [&](auto dim) {
       constexpr int kD = decltype(dim)::value;

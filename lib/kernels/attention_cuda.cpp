@@ -613,7 +613,7 @@ const char* attention_kernel_name(const Tensor& q, const Tensor& k, const Tensor
   return q.size(3) == kWgTile && wgmma_available() ? "wgmma" : "mma.sync";
 }
 
-bool tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+bool seam::tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                                    const Tensor& out, const Tensor& lse) {
   if (!(scale > 0.0f) || !applies({&q, &k, &v, &out})) return false;  // the running max needs scale > 0
   return with_tensor_core_types(q, [&](auto e, auto dim) {
@@ -621,7 +621,7 @@ bool tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tenso
   });
 }
 
-bool tensor_core_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+bool seam::tensor_core_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& dout, const Tensor& lse, bool causal, float scale, const Tensor& dq,
                                     const Tensor& dk, const Tensor& dv) {
   if (!applies({&q, &k, &v, &out, &dout, &dq, &dk, &dv})) return false;

@@ -8,12 +8,12 @@ bool attention_uses_tensor_cores(const Tensor&, const Tensor&, const Tensor&) { 
 
 const char* attention_kernel_name(const Tensor&, const Tensor&, const Tensor&) { return "portable"; }
 
-bool tensor_core_attention_forward(const Tensor&, const Tensor&, const Tensor&, bool, float, const Tensor&,
+bool seam::tensor_core_attention_forward(const Tensor&, const Tensor&, const Tensor&, bool, float, const Tensor&,
                                    const Tensor&) {
   return false;
 }
 
-bool tensor_core_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+bool seam::tensor_core_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const Tensor&, bool, float, const Tensor&, const Tensor&, const Tensor&) {
   return false;
 }

@@ -2,7 +2,7 @@
 
 #include "bmtrain/kernels/common.hpp"
 #include "bmtrain/tensor/memory.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
 namespace bmt {
 
@@ -62,7 +62,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src, float alpha, bool accumul
 
 void copy_dispatch(const Tensor& dst, const Tensor& src, float alpha, bool accumulate, const char* op) {
   check_same_shape(dst, src, op);
-  if (is_floating(dst.dtype()) && is_floating(src.dtype()) && fast::copy(dst, src, alpha, accumulate)) return;
+  if (is_floating(dst.dtype()) && is_floating(src.dtype()) && seam::copy(dst, src, alpha, accumulate)) return;
   BMT_DISPATCH_FLOAT(dst.dtype(), op, D, {
     BMT_DISPATCH_FLOAT(src.dtype(), op, S, { copy_kernel<D, S>(dst, src, alpha, accumulate); });
   });
@@ -73,7 +73,7 @@ void copy_dispatch(const Tensor& dst, const Tensor& src, float alpha, bool accum
 void fill_(const Tensor& t, float value) {
   if (t.numel() == 0) return;
   if (is_floating(t.dtype())) {
-    if (fast::fill(t, value)) return;
+    if (seam::fill(t, value)) return;
     BMT_DISPATCH_FLOAT(t.dtype(), "fill_", T, { fill_kernel<T>(t, value); });
     return;
   }
@@ -132,7 +132,7 @@ void add_(const Tensor& dst, const Tensor& src, float alpha) {
 
 void scale_(const Tensor& t, float alpha) {
   if (t.numel() == 0) return;
-  if (is_floating(t.dtype()) && fast::copy(t, t, alpha, false)) return;
+  if (is_floating(t.dtype()) && seam::copy(t, t, alpha, false)) return;
   BMT_DISPATCH_FLOAT(t.dtype(), "scale_", T, {
     auto v = view1<T>(t, "scale_");
     Kokkos::parallel_for("bmt::scale", Kokkos::RangePolicy<ExecSpace>(space(), 0, v.extent(0)),

@@ -2,9 +2,9 @@
 // tensors: grid-stride loops over packs of 16 bytes of the narrower dtype (8 elements when either
 // side is bf16/f16, 4 for f32 to f32).
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -73,4 +73,4 @@ bool copy(const Tensor& dst, const Tensor& src, float alpha, bool accumulate) {
   return true;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

@@ -3,7 +3,7 @@
 // Backward: one team per row writes (exp(x - lse) - onehot) * grad / count.
 #include "bmtrain/kernels/cross_entropy.hpp"
 
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -121,7 +121,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int
     count.zero_();
     return;
   }
-  if (fast::cross_entropy_forward(logits, targets, ignore_index, lse, loss, count, bad)) return;
+  if (seam::cross_entropy_forward(logits, targets, ignore_index, lse, loss, count, bad)) return;
   BMT_DISPATCH_FLOAT(logits.dtype(), op, T, {
     BMT_DISPATCH_INDEX(targets.dtype(), op, I,
                        { forward_kernel<T, I>(logits, targets, ignore_index, lse, loss, count, bad, s); });
@@ -137,7 +137,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
   check_same_shape(dlogits, logits, op);
   check_dtype(dlogits, logits.dtype(), op);
   if (s.rows == 0) return;
-  if (fast::cross_entropy_backward(logits, targets, ignore_index, lse, count, grad_loss, dlogits)) return;
+  if (seam::cross_entropy_backward(logits, targets, ignore_index, lse, count, grad_loss, dlogits)) return;
   BMT_DISPATCH_FLOAT(logits.dtype(), op, T, {
     BMT_DISPATCH_INDEX(targets.dtype(), op, I, {
       backward_kernel<T, I>(logits, targets, ignore_index, lse, count, grad_loss, dlogits, s);

@@ -1,4 +1,4 @@
-// CUDA side of the fused softmax cross-entropy (fast_path.hpp). One block per row.
+// CUDA side of the fused softmax cross-entropy (memory_bound_seam.hpp). One block per row.
 //
 // Forward reads the row's logits once: each thread keeps a running (max, sum of exp(x - max)) over
 // its elements, rescaling the sum when the max grows, and the pairs are merged across the block in
@@ -13,9 +13,9 @@
 #include <cfloat>
 
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -203,4 +203,4 @@ bool cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
   return true;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

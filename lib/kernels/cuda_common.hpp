@@ -1,5 +1,5 @@
 #pragma once
-// Device building blocks of the raw CUDA kernels (the *_cuda.cpp files behind fast_path.hpp):
+// Device building blocks of the raw CUDA kernels (the *_cuda.cpp files behind memory_bound_seam.hpp):
 // the compute stream, float loads/stores of whole 2..32-byte packs of f32/bf16/f16 elements, warp
 // and row-team reductions in a fixed order (so results do not depend on scheduling), and a
 // grid-stride elementwise launcher. Only CUDA translation units include it.

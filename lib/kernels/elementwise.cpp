@@ -3,7 +3,7 @@
 #include "bmtrain/kernels/elementwise.hpp"
 
 #include "activation_math.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "index_math.hpp"
 
 namespace bmt::kernels {
@@ -54,7 +54,7 @@ template <class Act>
 Tensor run_activation(Activation kind, const Act& act, const Tensor& x, const Tensor* grad) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;
-  if (grad ? fast::activation_backward(kind, out, x, *grad) : fast::activation_forward(kind, out, x)) return out;
+  if (grad ? seam::activation_backward(kind, out, x, *grad) : seam::activation_forward(kind, out, x)) return out;
   BMT_DISPATCH_FLOAT(x.dtype(), "activation", T, {
     if (grad)
       activation_backward_kernel<T>(out, x, *grad, act);
@@ -97,7 +97,7 @@ void binary_into(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
                    << to_string(broadcast_shape(a.shape(), b.shape(), name)) << ", found "
                    << dtype_name(out.dtype()) << " " << to_string(out.shape()));
   if (out.numel() == 0) return;
-  if (fast::binary(op, out, a, b)) return;
+  if (seam::binary(op, out, a, b)) return;
   BMT_DISPATCH_FLOAT(a.dtype(), name, T, {
     switch (op) {
       case BinaryOp::add: binary_kernel<T>(out, a, b, AddOp{}); break;
@@ -128,7 +128,7 @@ void residual_add_into(const Tensor& residual, const Tensor& x, const Tensor& bi
   BMT_REQUIRE(!bias.defined() || (bias.dtype() == x.dtype() && bias.shape() == Shape{c} && bias.is_contiguous()),
               op << ": expected a contiguous bias [" << c << "] in " << dtype_name(x.dtype()) << ", found "
                  << dtype_name(bias.dtype()) << " " << to_string(bias.shape()));
-  if (out.numel() == 0 || fast::residual_add(out, residual, x, bias)) return;
+  if (out.numel() == 0 || seam::residual_add(out, residual, x, bias)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     T* o = view1<T>(out, op).data();
     const T* pr = view1<T>(residual, op).data();
@@ -143,7 +143,7 @@ void residual_add_into(const Tensor& residual, const Tensor& x, const Tensor& bi
 Tensor affine(const Tensor& x, float alpha, float beta) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;
-  if (fast::affine(out, x, alpha, beta)) return out;
+  if (seam::affine(out, x, alpha, beta)) return out;
   BMT_DISPATCH_FLOAT(x.dtype(), "affine", T, {
     T* o = view1<T>(out, "affine").data();
     const T* px = view1<T>(x, "affine").data();
@@ -179,7 +179,7 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   require_floating_pair(gate, up, "swiglu");
   Tensor out = Tensor::empty(gate.shape(), gate.dtype());
   if (out.numel() == 0) return out;
-  if (fast::swiglu_forward(out, gate, up)) return out;
+  if (seam::swiglu_forward(out, gate, up)) return out;
   BMT_DISPATCH_FLOAT(gate.dtype(), "swiglu", T, {
     T* o = view1<T>(out, "swiglu").data();
     const T* pg = view1<T>(gate, "swiglu").data();
@@ -198,7 +198,7 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad, T
   const bool want_gate = d_gate != nullptr, want_up = d_up != nullptr;
   Tensor dg = want_gate ? Tensor::empty(gate.shape(), gate.dtype()) : Tensor();
   Tensor du = want_up ? Tensor::empty(up.shape(), up.dtype()) : Tensor();
-  if (gate.numel() > 0 && (want_gate || want_up) && !fast::swiglu_backward(gate, up, grad, dg, du)) {
+  if (gate.numel() > 0 && (want_gate || want_up) && !seam::swiglu_backward(gate, up, grad, dg, du)) {
     BMT_DISPATCH_FLOAT(gate.dtype(), "swiglu backward", T, {
       const T* pg = view1<T>(gate, "swiglu backward").data();
       const T* pu = view1<T>(up, "swiglu backward").data();

@@ -1,14 +1,14 @@
-// CUDA side of the elementwise kernels (fast_path.hpp): grid-stride loops over 16-byte packs of
+// CUDA side of the elementwise kernels (memory_bound_seam.hpp): grid-stride loops over 16-byte packs of
 // every operand (8 bf16/f16 or 4 f32 elements per load), with the arithmetic of
 // activation_math.hpp, so values are those of the portable kernels compiled for the GPU (GELU uses
 // the hardware exp and reciprocal there). Contiguous operands only; a
 // broadcast operand is taken when it repeats along the leading dimensions (a bias row).
 #include "activation_math.hpp"
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "index_math.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -271,4 +271,4 @@ bool swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& grad, c
   return true;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

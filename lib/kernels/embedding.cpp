@@ -5,7 +5,7 @@
 #include "bmtrain/kernels/embedding.hpp"
 
 #include "bmtrain/kernels/basic.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -66,7 +66,7 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
               op << ": expected an output of " << ids.numel() * weight.size(1) << " " << dtype_name(weight.dtype())
                  << " elements");
   if (out.numel() == 0) return;
-  if (fast::embedding_forward(ids, weight, out, bad)) return;
+  if (seam::embedding_forward(ids, weight, out, bad)) return;
   BMT_DISPATCH_FLOAT(weight.dtype(), op, T, {
     BMT_DISPATCH_INDEX(ids.dtype(), op, I, { forward_kernel<T, I>(ids, weight, out, bad); });
   });
@@ -78,7 +78,7 @@ EmbeddingIndex embedding_index(const Tensor& ids, std::int64_t V) {
   BMT_REQUIRE(ids.dtype() == DType::i32 || ids.dtype() == DType::i64,
               op << ": expected i32 or i64 ids, found " << dtype_name(ids.dtype()));
   BMT_REQUIRE(V > 0, op << ": expected a table of at least one row, found " << V);
-  return EmbeddingIndex(ids.numel(), V, fast::embedding_index(ids, V));
+  return EmbeddingIndex(ids.numel(), V, seam::embedding_index(ids, V));
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
@@ -92,7 +92,7 @@ void embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
   BMT_REQUIRE(!index.defined() || (index.tokens() == ids.numel() && index.vocabulary() == V),
               op << ": expected an index of " << ids.numel() << " ids into " << V << " rows, found one of "
                  << index.tokens() << " ids into " << index.vocabulary() << " rows");
-  if (fast::embedding_backward(ids, grad_out, grad_weight, index.state())) return;
+  if (seam::embedding_backward(ids, grad_out, grad_weight, index.state())) return;
   const bool direct = grad_weight.dtype() == DType::f32;
   const Tensor acc = direct ? grad_weight : Tensor::empty(grad_weight.shape(), DType::f32);
   view1<float>(acc, op);  // contiguity check

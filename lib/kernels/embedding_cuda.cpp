@@ -1,4 +1,4 @@
-// CUDA side of the embedding lookup and its gradient (fast_path.hpp).
+// CUDA side of the embedding lookup and its gradient (memory_bound_seam.hpp).
 //
 // Forward is a gather: a grid-stride loop over (token, 16-byte pack of its row).
 //
@@ -17,7 +17,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
 namespace bmt::kernels {
 
@@ -56,7 +56,7 @@ struct EmbeddingIndex::State {
 
 }  // namespace bmt::kernels
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -433,4 +433,4 @@ bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor&
   return true;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

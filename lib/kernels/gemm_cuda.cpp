@@ -28,7 +28,7 @@
 #include "bmtrain/runtime/cuda_check.hpp"
 #include "bmtrain/runtime/environment.hpp"
 #include "bmtrain/tensor/tensor.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "gemm_check.hpp"
 
 namespace bmt::kernels {
@@ -193,7 +193,7 @@ class LtSession {
                                   << p.ldc << " for n=" << p.n);
     const Tensor c = Tensor::wrap(p.c, {p.m, p.n}, p.dtype);
     const Tensor x = Tensor::wrap(product, {p.m, p.n}, p.dtype);
-    BMT_REQUIRE(fast::activation_forward(Activation::gelu, c, x), "gemm: no GELU kernel for " << dtype_name(p.dtype));
+    BMT_REQUIRE(seam::activation_forward(Activation::gelu, c, x), "gemm: no GELU kernel for " << dtype_name(p.dtype));
   }
 
   // C = C * gelu'(X) over the [m, n] product (contiguous rows: ldc == n).
@@ -202,7 +202,7 @@ class LtSession {
                               "rows, found ldc=" << p.ldc << " for n=" << p.n);
     const Tensor c = Tensor::wrap(p.c, {p.m, p.n}, p.dtype);
     const Tensor x = Tensor::wrap(const_cast<void*>(p.gelu_input), {p.m, p.n}, p.dtype);
-    BMT_REQUIRE(fast::activation_backward(Activation::gelu, c, x, c), "gemm: no GELU-backward kernel for "
+    BMT_REQUIRE(seam::activation_backward(Activation::gelu, c, x, c), "gemm: no GELU-backward kernel for "
                                                                            << dtype_name(p.dtype));
   }
 
@@ -375,11 +375,6 @@ LtSession& session() {
 void gemm(const GemmParams& p) {
   check_gemm(p);
   session().run(p);
-}
-
-bool gemm_fuses_gelu_backward(const GemmParams& p) {
-  check_gemm(p);
-  return session().gelu_in_epilogue(p);
 }
 
 bool gemm_fuses_gelu(const GemmParams& p) {

@@ -117,11 +117,6 @@ void gemm(const GemmParams& p) {
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
 }
 
-bool gemm_fuses_gelu_backward(const GemmParams& p) {
-  check_gemm(p);
-  return true;
-}
-
 bool gemm_fuses_gelu(const GemmParams& p) {
   check_gemm(p);
   return true;

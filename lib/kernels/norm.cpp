@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -253,7 +253,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   BMT_REQUIRE(mean.defined(), op << ": expected a mean tensor to save the row statistics in");
   check_forward(x, weight, bias, y, mean, rstd, op);
   if (x.numel() == 0) return;
-  if (fast::norm_forward(x, weight, bias, eps, y, mean, rstd)) return;
+  if (seam::norm_forward(x, weight, bias, eps, y, mean, rstd)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, true>(x, weight, bias, eps, y, mean, rstd, op); });
 }
 
@@ -267,7 +267,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     if (dbias.defined() && !accumulate) dbias.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_into_dx)) return;
+  if (seam::norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, add_into_dx)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, true>(dy, x, weight, mean, rstd, dx, add_into_dx, op);
     norm_backward_params<T, true>(dy, x, mean, rstd, dweight, dbias, accumulate, op);
@@ -278,7 +278,7 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, float eps, const Te
   const char* op = "rms_norm";
   check_forward(x, weight, Tensor(), y, Tensor(), rstd, op);
   if (x.numel() == 0) return;
-  if (fast::norm_forward(x, weight, Tensor(), eps, y, Tensor(), rstd)) return;
+  if (seam::norm_forward(x, weight, Tensor(), eps, y, Tensor(), rstd)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, { norm_forward<T, false>(x, weight, Tensor(), eps, y, Tensor(), rstd, op); });
 }
 
@@ -290,7 +290,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, 
     if (dweight.defined() && !accumulate) dweight.zero_();
     return;
   }
-  if (fast::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor(), accumulate, add_into_dx)) return;
+  if (seam::norm_backward(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor(), accumulate, add_into_dx)) return;
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     if (dx.defined()) norm_backward_input<T, false>(dy, x, weight, Tensor(), rstd, dx, add_into_dx, op);
     norm_backward_params<T, false>(dy, x, Tensor(), rstd, dweight, Tensor(), accumulate, op);

@@ -1,4 +1,4 @@
-// CUDA side of LayerNorm/RMSNorm (fast_path.hpp). A team of whole warps (one for forward rows up to
+// CUDA side of LayerNorm/RMSNorm (memory_bound_seam.hpp). A team of whole warps (one for forward rows up to
 // 1024 elements, up to 16 for wider ones) owns a row; each thread loads its share with 16-byte
 // loads and keeps it in registers, so the statistics and the normalization read x from memory
 // once. A block per resident slot walks its teams' rows, each thread loading its share of the
@@ -13,9 +13,9 @@
 // atomics, so the result is the same on every run.
 #include "bmtrain/runtime/cuda_check.hpp"
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -471,4 +471,4 @@ bool norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   return done;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

@@ -8,7 +8,7 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/math.hpp"
 #include "bmtrain/tensor/memory.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "index_math.hpp"
 
 namespace bmt::kernels {
@@ -165,7 +165,7 @@ void flag_inf_nan_kernel(const TensorTable& table, int* flag) {
 // The square of an f32 value is exact in f64, so only the additions round.
 template <class T>
 void sum_squares_kernel(DType dtype, const TensorTable& table, double* result) {
-  if (fast::sum_squares(dtype, table.data, table.end, table.count, result)) return;
+  if (seam::sum_squares(dtype, table.data, table.end, table.count, result)) return;
   Kokkos::parallel_reduce(
       "bmt::sum_squares", flat_range(table.total()),
       KOKKOS_LAMBDA(std::int64_t i, double& acc) {
@@ -229,7 +229,7 @@ void column_sums(const Tensor& x, const Tensor& out, bool accumulate) {
     if (!accumulate) out.zero_();
     return;
   }
-  if (fast::column_sums(x, out, accumulate)) return;
+  if (seam::column_sums(x, out, accumulate)) return;
   const Split3 s(x.shape(), 0);
   BMT_DISPATCH_FLOAT(x.dtype(), op, T, {
     const T* px = view1<T>(x, op).data();

@@ -1,4 +1,4 @@
-// CUDA side of reduce.cpp's reductions (fast_path.hpp). No atomics anywhere: partials are added in a
+// CUDA side of reduce.cpp's reductions (memory_bound_seam.hpp). No atomics anywhere: partials are added in a
 // fixed order, so every result is the same on every run.
 //
 // Multi-tensor sum of squares (global_sum_squares): one launch over a table of tensors, as AdamW's
@@ -13,9 +13,9 @@
 #include <algorithm>
 
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -238,4 +238,4 @@ bool sum_squares(DType dtype, const void* const* data, const std::int64_t* end, 
   }
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

@@ -3,7 +3,7 @@
 // are rounded once.
 #include "bmtrain/kernels/softmax.hpp"
 
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 #include "row_reduce.hpp"
 
 namespace bmt::kernels {
@@ -57,7 +57,7 @@ void softmax_forward(const Tensor& x, const Tensor& y) {
   BMT_REQUIRE(x.defined() && x.dim() >= 1, "softmax: expected a tensor with at least one dimension");
   check_like(y, x, "softmax");
   if (x.numel() == 0) return;
-  if (fast::softmax_forward(x, y)) return;
+  if (seam::softmax_forward(x, y)) return;
   const std::int64_t C = x.size(-1);
   BMT_DISPATCH_FLOAT(x.dtype(), "softmax", T, { forward_kernel<T>(x, y, x.numel() / C, C); });
 }
@@ -67,7 +67,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   check_like(dy, y, "softmax_backward");
   check_like(dx, y, "softmax_backward");
   if (y.numel() == 0) return;
-  if (fast::softmax_backward(y, dy, dx)) return;
+  if (seam::softmax_backward(y, dy, dx)) return;
   const std::int64_t C = y.size(-1);
   BMT_DISPATCH_FLOAT(y.dtype(), "softmax_backward", T, { backward_kernel<T>(y, dy, dx, y.numel() / C, C); });
 }

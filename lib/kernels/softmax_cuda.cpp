@@ -1,12 +1,12 @@
-// CUDA side of softmax over the last dimension (fast_path.hpp): a team of threads per row (as in
+// CUDA side of softmax over the last dimension (memory_bound_seam.hpp): a team of threads per row (as in
 // norm_cuda.cpp), the row held in registers between the max, the sum of exponentials and the
 // normalized write, so x is read once and y written once; backward reads y and dy once each. A
 // block per resident slot walks its rows, and with 16-byte packs each thread loads the team's next
 // row while it reduces this one (load_row_packs).
 #include "cuda_common.hpp"
-#include "fast_path.hpp"
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 namespace {
 
@@ -171,4 +171,4 @@ bool softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   return done;
 }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

@@ -5,7 +5,7 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
 #include "bmtrain/kernels/math.hpp"
-#include "adamw_fused.hpp"
+#include "../kernels/adamw_seam.hpp"
 #include "offloaded_adamw.hpp"
 
 namespace bmt::optim {
@@ -100,9 +100,9 @@ void AdamW::step(float lr, const GradScale& scale) {
   // on CUDA, where one launch per range would be hundreds); a backend that declines gets the
   // portable per-range kernel. Every shard holds its values in f32: they are the master weights.
   const float* device_scale = scale.device.defined() ? scale.device.data_as<float>() : nullptr;
-  const fused::AdamWScalars scalars{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
+  const kernels::seam::AdamWScalars scalars{lr,    scale.value, options_.beta1, options_.beta2, options_.eps, bias1, bias2,
                                     device_scale};
-  std::vector<fused::AdamWRange> group;
+  std::vector<kernels::seam::AdamWRange> group;
   for (std::size_t k = 0; k < storages_.size(); ++k) {
     ShardedStorage& s = *storages_[k];
     State& st = state_[k];
@@ -112,7 +112,7 @@ void AdamW::step(float lr, const GradScale& scale) {
                        st.exp_avg.data_as<float>() + r.begin, st.exp_avg_sq.data_as<float>() + r.begin,
                        r.end - r.begin, r.weight_decay});
   }
-  if (fused::adamw_step(DType::f32, group, scalars)) return;
+  if (kernels::seam::adamw_step(DType::f32, group, scalars)) return;
   for (std::size_t k = 0; k < storages_.size(); ++k) step_device(k, lr, scale, bias1, bias2);
 }
 

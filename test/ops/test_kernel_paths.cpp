@@ -1,6 +1,6 @@
 // The memory-bound kernels at the sizes and layouts that select each of their code paths, against
 // float64 host references, in f32, bf16 and f16. On the CUDA build these reach the raw CUDA kernels
-// behind lib/kernels/fast_path.hpp: 16-byte packs (widths divisible by 8), element-wise loads (odd
+// behind lib/kernels/memory_bound_seam.hpp: 16-byte packs (widths divisible by 8), element-wise loads (odd
 // widths, operands that start off a 16-byte boundary), one warp or a wider team per row, rows too
 // wide for registers (the portable kernels), a vocabulary row that starts anywhere (50257), and the
 // deterministic embedding gradient (bitwise equal on a second run). Grouped-query attention at

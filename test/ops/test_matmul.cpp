@@ -259,7 +259,7 @@ TEST(GeluLinear, MatchesGeluThenLinearAtNarrowWidthsAndOddOffsets) {
         p.c = dx.data();
         p.ldc = in;
         p.gelu_input = static_cast<const char*>(pre.data()) + (odd_offset ? dtype_size(dt) : 0);
-        const bool epilogue = kernels::gemm_fuses_gelu_backward(p);
+        const bool epilogue = kernels::gemm_fuses_gelu(p);
         std::cout << "[ info     ] " << dtype_name(dt) << " in=" << in << (odd_offset ? " odd offset" : "")
                   << ": GELU backward " << (epilogue ? "in the GEMM's epilogue" : "in a pass after the GEMM") << "\n";
         if (!odd_offset && in * static_cast<std::int64_t>(dtype_size(dt)) % 16 == 0)

@@ -59,13 +59,10 @@ struct GemmParams {
 
 void gemm(const GemmParams& p);
 
-// Whether p's GELU backward runs inside the GEMM (on the unrounded product) rather than in a pass
-// after it. Always true on the host build.
-bool gemm_fuses_gelu_backward(const GemmParams& p);
-
-// Whether p's GELU (gelu_output) runs inside the GEMM, on the unrounded product, rather than in a
-// pass after it. Always true on the host build; on CUDA, false for f32 and for rows of C that are
-// not whole, aligned 16-byte units.
+// Whether p's GELU (gelu_output) or GELU derivative (gelu_input) runs inside the GEMM, on the
+// unrounded product, rather than in a pass after it. Always true on the host build; on CUDA, the
+// GELU is not fused for f32 or for rows of C that are not whole, aligned 16-byte units, and either
+// is not where cuBLASLt has no epilogue kernel for the problem.
 bool gemm_fuses_gelu(const GemmParams& p);
 
 // Whether GEMMs pick their kernels by timing cuBLASLt's candidates (BMT_GEMM_AUTOTUNE=1 on a CUDA

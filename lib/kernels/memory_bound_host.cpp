@@ -1,8 +1,8 @@
-// Host side of the fast-path seam (fast_path.hpp): the portable Kokkos kernels are the fast path
-// on CPUs, so every call is declined.
-#include "fast_path.hpp"
+// Host side of the memory-bound kernels' seam (memory_bound_seam.hpp): the portable Kokkos kernels
+// are the host's kernels, so every call is declined.
+#include "memory_bound_seam.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 bool norm_forward(const Tensor&, const Tensor&, const Tensor&, float, const Tensor&, const Tensor&, const Tensor&) {
   return false;
@@ -36,4 +36,4 @@ bool embedding_forward(const Tensor&, const Tensor&, const Tensor&, BadIndexReco
 std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor&, std::int64_t) { return nullptr; }
 bool embedding_backward(const Tensor&, const Tensor&, const Tensor&, const EmbeddingIndex::State*) { return false; }
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam

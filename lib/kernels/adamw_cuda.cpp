@@ -1,18 +1,18 @@
-// CUDA side of the AdamW seam (adamw_fused.hpp): one multi-tensor launch updates up to kMaxRanges
+// CUDA side of the AdamW seam (adamw_seam.hpp): one multi-tensor launch updates up to kMaxRanges
 // ranges. The ranges travel as a kernel argument (a __grid_constant__ table of pointers, sizes and
 // each range's first block), so a step needs no host-to-device copy and no table kept on the
 // device. Each block updates 4096 consecutive elements of one range, found by a binary search over
 // the table's first-block column; f32 arrays move as float4, the parameters as 4-element packs.
 #include <cuda_runtime.h>
 
-#include "../kernels/cuda_common.hpp"
-#include "adamw_fused.hpp"
+#include "cuda_common.hpp"
+#include "adamw_seam.hpp"
 
-namespace bmt::optim::fused {
+namespace bmt::kernels::seam {
 
 namespace {
 
-using namespace kernels::cuda;
+using namespace cuda;
 
 constexpr int kThreads = 256;
 constexpr int kSteps = 4;                              // float4 steps per thread
@@ -116,4 +116,4 @@ bool adamw_step(DType param_dtype, const std::vector<AdamWRange>& ranges, const 
   return true;
 }
 
-}  // namespace bmt::optim::fused
+}  // namespace bmt::kernels::seam

@@ -1,14 +1,15 @@
 #pragma once
-// The backend seam of AdamW's device update: on the CUDA build (adamw_cuda.cpp) one multi-tensor
-// kernel updates every range of every shard of a step, taking the ranges' pointers as kernel
-// arguments (a few hundred per launch); on the host build (adamw_host.cpp) the call is declined and
-// AdamW runs its portable Kokkos kernel per range.
+// The kernel seam of AdamW's device update (docs/ARCHITECTURE.md, "Backend seams"): on the CUDA
+// build (adamw_cuda.cpp) one multi-tensor kernel updates every range of every shard of a step,
+// taking the ranges' pointers as kernel arguments (a few hundred per launch); on the host build
+// (adamw_host.cpp) the call is declined and AdamW (lib/optim/adamw.cpp) runs its portable Kokkos
+// kernel per range.
 #include <cstdint>
 #include <vector>
 
 #include "bmtrain/runtime/dtype.hpp"
 
-namespace bmt::optim::fused {
+namespace bmt::kernels::seam {
 
 // One contiguous range of a shard: parameters in the shard's dtype, f32 master (the parameters
 // themselves when they are f32), f32 gradient and moments, all offset to the range's first element.
@@ -31,4 +32,4 @@ struct AdamWScalars {
 // false when the backend leaves it to the portable kernel.
 bool adamw_step(DType param_dtype, const std::vector<AdamWRange>& ranges, const AdamWScalars& s);
 
-}  // namespace bmt::optim::fused
+}  // namespace bmt::kernels::seam

@@ -1,11 +1,12 @@
 #pragma once
-// The backend seam of the memory-bound kernels. The portable Kokkos kernels (norm.cpp, softmax.cpp,
-// cross_entropy.cpp, elementwise.cpp, embedding.cpp, basic.cpp) first offer each call to a fast
-// path: on the CUDA build raw CUDA kernels (the *_cuda.cpp files beside this one: vectorized 16-byte
-// loads, f32 accumulation, warp-shuffle reductions) take the contiguous f32/bf16/f16 cases; on the
-// host build fast_path_host.cpp declines every call. A function returns true when it queued the
-// work on the compute stream, false when the caller must run its portable kernel (host build,
-// runtime not initialized, a layout or size the fast kernel does not take).
+// The kernel seam of the memory-bound kernels (docs/ARCHITECTURE.md, "Backend seams"). The portable
+// Kokkos kernels (norm.cpp, softmax.cpp, cross_entropy.cpp, elementwise.cpp, embedding.cpp,
+// basic.cpp, reduce.cpp) first offer each call to the backend: on the CUDA build raw CUDA kernels
+// (the *_cuda.cpp files beside this one: vectorized 16-byte loads, f32 accumulation, warp-shuffle
+// reductions) take the contiguous f32/bf16/f16 cases; on the host build memory_bound_host.cpp
+// declines every call. A function returns true when it queued the work on the compute stream, false
+// when the caller must run its portable kernel (host build, runtime not initialized, a layout or
+// size the CUDA kernel does not take).
 //
 // The callers have already checked shapes and dtypes; these functions only decide whether they can
 // take the call, so both paths accept and refuse exactly the same arguments.
@@ -17,7 +18,7 @@
 #include "bmtrain/kernels/index_check.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
-namespace bmt::kernels::fast {
+namespace bmt::kernels::seam {
 
 // LayerNorm (centered, mean defined) and RMSNorm (mean undefined). weight/bias may be undefined.
 bool norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, const Tensor& y,
@@ -69,4 +70,4 @@ std::shared_ptr<const EmbeddingIndex::State> embedding_index(const Tensor& ids, 
 bool embedding_backward(const Tensor& ids, const Tensor& grad_out, const Tensor& grad_weight,
                         const EmbeddingIndex::State* index);
 
-}  // namespace bmt::kernels::fast
+}  // namespace bmt::kernels::seam
