@@ -65,18 +65,17 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
                                           "different tensor lists on different ranks");
 
   int rc = MPI_File_open(comm_, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &file_);
-  std::string error = rc == MPI_SUCCESS ? "" : where + "cannot open for writing: " + detail::mpi_error_text(rc);
-  int failed = error.empty() ? 0 : 1, any_failed = 0;
-  BMT_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm_));
-  if (any_failed) {
+  const std::string open_failure =
+      agreed_error(comm_, rc == MPI_SUCCESS ? "" : where + "cannot open for writing: " + detail::mpi_error_text(rc));
+  if (!open_failure.empty()) {
     // MPI-IO agrees on open failures; should a rank nevertheless hold a handle, closing it (a
     // collective the failed ranks cannot join) could hang, so it is dropped.
     file_ = MPI_FILE_NULL;
-    agree_on_errors(comm_, error.empty() ? where + "opening failed on another rank" : error);
+    throw Error(open_failure);
   }
   // Existing longer files are cut to the new size.
   rc = MPI_File_set_size(file_, static_cast<MPI_Offset>(header_.file_size()));
-  error = rc == MPI_SUCCESS ? "" : where + "cannot set the file size to " + std::to_string(header_.file_size()) +
+  const std::string error = rc == MPI_SUCCESS ? "" : where + "cannot set the file size to " + std::to_string(header_.file_size()) +
                                        " bytes (no space left, or a file size limit?): " + detail::mpi_error_text(rc);
   try {
     agree_on_errors(comm_, error);
