@@ -30,19 +30,39 @@ if(_bmt_mpiexec_version MATCHES "Open MPI|OpenRTE")
   endif()
 endif()
 
-# bmt_add_test(NAME name SOURCES ... [NP 1 2 3 4] [LABELS ...] [TIMEOUT s])
-# Without NP the test runs as a plain single process (world size 1, no launcher).
+# Every test is registered here, named <folder>_<name> after its folder under test/ (bench/ for the
+# benchmarks' smoke tests), with _np<N> for a run under the MPI launcher at N ranks and _plain
+# for a plain process beside those.
+#
+# bmt_add_test(NAME name {SOURCES ... [LIBS ...] | TARGET executable} [NP 1 2 3 4] [PLAIN]
+#              [ARGS ...] [WRAPPER command ...] [ENVIRONMENT VAR=value ...] [LABELS ...] [TIMEOUT s]
+#              [PROPERTIES prop value ...])
+# SOURCES builds the executable `name` with the shared test main; TARGET runs one built
+# elsewhere. Without NP the test is one plain process (world size 1, no launcher) named `name`;
+# with NP one test per world size up to BMT_TEST_MAX_NP, and PLAIN adds name_plain. ARGS follow
+# the program; WRAPPER goes before the whole command (a script that checks how the job ends);
+# ENVIRONMENT and PROPERTIES go to set_tests_properties for every test registered.
 function(bmt_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;NP;LABELS;LIBS" ${ARGN})
-  add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE bmtrain bmt_test_main ${T_LIBS})
+  cmake_parse_arguments(T "PLAIN" "NAME;TIMEOUT;TARGET" "SOURCES;NP;LABELS;LIBS;ARGS;WRAPPER;ENVIRONMENT;PROPERTIES" ${ARGN})
+  if(T_SOURCES)
+    add_executable(${T_NAME} ${T_SOURCES})
+    target_link_libraries(${T_NAME} PRIVATE bmtrain bmt_test_main ${T_LIBS})
+    set(T_TARGET ${T_NAME})
+  elseif(NOT T_TARGET)
+    message(FATAL_ERROR "bmt_add_test(${T_NAME}): expected SOURCES or TARGET, found neither")
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
-  if(NOT T_NP)
-    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
-    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
-    return()
+  set(program $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
+  if(NOT T_NP OR T_PLAIN)
+    set(name ${T_NAME})
+    if(T_NP)
+      set(name ${T_NAME}_plain)
+    endif()
+    add_test(NAME ${name} COMMAND ${T_WRAPPER} ${program})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}" ENVIRONMENT "${T_ENVIRONMENT}"
+                         ${T_PROPERTIES})
   endif()
   foreach(np IN LISTS T_NP)
     if(np GREATER BMT_TEST_MAX_NP)
@@ -50,9 +70,9 @@ function(bmt_add_test)
     endif()
     set(name ${T_NAME}_np${np})
     add_test(NAME ${name}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${BMT_MPIEXEC_PREFLAGS}
-                     $<TARGET_FILE:${T_NAME}> ${MPIEXEC_POSTFLAGS})
+             COMMAND ${T_WRAPPER} ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${BMT_MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${T_TARGET}> ${MPIEXEC_POSTFLAGS} ${T_ARGS})
     set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${np}
-                         LABELS "mpi;${T_LABELS}")
+                         LABELS "mpi;${T_LABELS}" ENVIRONMENT "${T_ENVIRONMENT}" ${T_PROPERTIES})
   endforeach()
 endfunction()

@@ -11,9 +11,9 @@
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/allocator.hpp"
-#include "attention_reference.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/attention_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -11,8 +11,8 @@
 #include "bmtrain/ops/matmul.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -8,8 +8,8 @@
 #include "bmtrain/kernels/dropout.hpp"
 #include "bmtrain/ops/dropout.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -9,8 +9,8 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/ops/ops.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
 
 namespace bmt {
 namespace {

@@ -8,8 +8,8 @@
 #include "bmtrain/kernels/index_check.hpp"
 #include "bmtrain/ops/embedding.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "bmtrain/ops/ops.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

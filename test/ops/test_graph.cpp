@@ -8,8 +8,8 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/tensor/allocator.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
 
 namespace bmt {
 namespace {

@@ -14,8 +14,8 @@
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
 
 namespace bmt {
 namespace {
@@ -476,7 +476,7 @@ TEST(Linear, BiasGradientAccumulatesIntoAnExistingF32Buffer) {
 
 // bf16/f16 inputs, f32 accumulation: the error is one output rounding plus f32 noise, measured
 // against the scale of the products (sum of |a||b|), not the possibly-cancelled result.
-// Problems large enough that BMT_GEMM_AUTOTUNE=1 (the ops_test_matmul_autotune run of this file
+// Problems large enough that BMT_GEMM_AUTOTUNE=1 (the ops_matmul_autotune run of this file
 // on a CUDA build) times several kernels on their first call: the forward (bias epilogue), dx,
 // and dW added into an f32 buffer, twice, at sampled elements against float64. Trial runs that
 // added into the real buffer would leave G0 + more than two dW there.

@@ -7,9 +7,9 @@
 #include "bmtrain/kernels/norm.hpp"
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

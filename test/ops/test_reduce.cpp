@@ -10,8 +10,8 @@
 #include "bmtrain/kernels/reduce.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/ops/ops.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
 
 namespace bmt {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "bmtrain/ops/rotary.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -7,8 +7,8 @@
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/kernels/shape.hpp"
 #include "bmtrain/ops/ops.hpp"
-#include "gradcheck.hpp"
-#include "host_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
 
 namespace bmt {
 namespace {

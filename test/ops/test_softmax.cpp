@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "bmtrain/ops/softmax.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {

@@ -1,6 +1,6 @@
 # Spack recipe for bmtrain, classic repository layout (Spack before 1.0).
 # spack/spack_repo/bmtrain/packages/bmtrain/package.py is the same recipe for Spack >= 1.0; the two
-# differ only in their imports (the ctest packaging_spack_recipes checks that).
+# differ only in their imports (the ctest install_spack_recipes checks that).
 import os
 
 from spack.package import *

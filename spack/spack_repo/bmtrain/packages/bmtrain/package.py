@@ -1,6 +1,6 @@
 # Spack recipe for bmtrain, Spack >= 1.0 repository layout (package API v2).
 # spack/packages/bmtrain/package.py is the same recipe for Spack before 1.0; the two differ only in
-# this header and their imports (the ctest packaging_spack_recipes checks that).
+# this header and their imports (the ctest install_spack_recipes checks that).
 import os
 
 from spack_repo.builtin.build_systems.cmake import CMakePackage

@@ -22,9 +22,9 @@
 #include "bmtrain/kernels/norm.hpp"
 #include "bmtrain/kernels/softmax.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "attention_reference.hpp"
-#include "gradcheck.hpp"
-#include "reference_check.hpp"
+#include "common/attention_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/reference_check.hpp"
 
 namespace bmt {
 namespace {
