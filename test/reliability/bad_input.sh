@@ -16,12 +16,7 @@ tokens() {
   for ((i = 0; i < n; i++)); do printf "$one"; done
 }
 run=("${tiny[@]}" --steps 4)
-bad() {  # bad NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  job 2 "$@"
-  expect_failure "$name" 2 "bmt-train: error: .*$pattern" 60
-  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
-}
+bad() { expect_refused "$1" ".*$2" "${@:3}"; }  # bad NAME PATTERN ARGS...
 
 job 2 "${run[@]}" --save "$work/good"
 expect_success "a good checkpoint to damage"

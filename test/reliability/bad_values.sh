@@ -7,12 +7,7 @@
 source "$(dirname "$0")/common.sh"
 
 run=("${tiny[@]}" --steps 2)
-bad() {  # bad NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  job 2 "$@"
-  expect_failure "$name" 2 "bmt-train: error: $pattern" 60
-  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
-}
+bad() { expect_refused "$@"; }  # bad NAME PATTERN ARGS...
 config() { printf "$2" >"$work/$1.toml"; echo "$work/$1.toml"; }
 
 bad "--steps 99999999999999999999 (was INT64_MAX)" \

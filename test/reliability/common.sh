@@ -71,6 +71,19 @@ expect_failure() {
   expect_no_processes "$name" || ok=0
   [ $ok -eq 1 ] || show
 }
+# expect_refused NAME PATTERN ARGS...: a 2-rank job with ARGS is refused: exit code 2 within 60 s
+# and exactly one error line, "bmt-train: error: " followed by PATTERN (an extended regex).
+expect_refused() {
+  local name=$1 pattern=$2; shift 2
+  job 2 "$@"
+  expect_failure "$name" 2 "bmt-train: error: $pattern" 60
+  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
+}
+# expect_refused_at_startup NAME PATTERN ARGS...: expect_refused, and no step trained before it.
+expect_refused_at_startup() {
+  expect_refused "$@"
+  grep -q "^trained\|^step " <<<"$out" && fail "$1: expected no training step, found some"
+}
 expect_success() {
   local name=$1
   report "$name"

@@ -14,12 +14,7 @@ int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o'
 tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
 llmc() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; tokens "$n"; }
 run=("${tiny[@]}" --steps 3 --metrics "$work/m.jsonl")
-bad() {  # bad NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  job 2 "$@"
-  expect_failure "$name" 2 "bmt-train: error: .*$pattern" 60
-  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
-}
+bad() { expect_refused "$1" ".*$2" "${@:3}"; }  # bad NAME PATTERN ARGS...
 
 tokens 4000 >"$work/tokens.u16"
 llmc 20240521 4000 >"$work/wrong_magic.bin"

@@ -9,13 +9,7 @@
 source "$(dirname "$0")/common.sh"
 
 run=("${tiny[@]}" --steps 2 --metrics "$work/m.jsonl")
-bad() {  # bad NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  job 2 "$@"
-  expect_failure "$name" 2 "bmt-train: error: $pattern" 60
-  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
-  grep -q "^step " <<<"$out" && fail "$name: expected no training step, found some"
-}
+bad() { expect_refused_at_startup "$@"; }  # bad NAME PATTERN ARGS...
 size='[0-9.e+]+ [KMGT]?i?B'
 # On the CUDA build the state and buffers are held to the device's free memory; on the host build
 # the device is the host, shared by the ranks of the node.

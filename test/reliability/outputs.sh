@@ -14,13 +14,7 @@
 source "$(dirname "$0")/common.sh"
 
 run=("${tiny[@]}" --steps 30)
-bad() {  # bad NAME PATTERN ARGS...: refused before the first step
-  local name=$1 pattern=$2; shift 2
-  job 2 "$@"
-  expect_failure "$name" 2 "bmt-train: error: $pattern" 60
-  [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "$name: expected exactly one error line"
-  grep -q "^trained\|^step " <<<"$out" && fail "$name: expected no training step, found some"
-}
+bad() { expect_refused_at_startup "$@"; }  # bad NAME PATTERN ARGS...
 
 bad "--plot in a missing directory" "--plot: cannot write '$work/missing/curve.svg': No such file or directory" \
   "${run[@]}" --metrics "$work/m.jsonl" --plot "$work/missing/curve.svg"
