@@ -22,21 +22,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from fsdp2_gpt import print_result, shard, timed_steps
 
 # bmt-train's presets (apps/bmt-train/model.cpp), as the hub's config.json files give them:
-# vocab, hidden, layers, heads, kv heads, intermediate, rope theta, rope scaling, tied embeddings.
+# vocab, hidden, layers, heads, kv heads, intermediate, context, rope theta, rope scaling, tied.
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8192}
 PRESETS = {
-    "tinyllama-1.1b": (32000, 2048, 22, 32, 4, 5632, 10000.0, None, False),
-    "llama3.2-1b": (128256, 2048, 16, 32, 8, 8192, 500000.0, LLAMA3_SCALING, True),
-    "llama2-7b": (32000, 4096, 32, 32, 32, 11008, 10000.0, None, False),
-    "llama3-8b": (128256, 4096, 32, 32, 8, 14336, 500000.0, None, False),
+    "tinyllama-1.1b": (32000, 2048, 22, 32, 4, 5632, 2048, 10000.0, None, False),
+    "llama3.2-1b": (128256, 2048, 16, 32, 8, 8192, 131072, 500000.0, LLAMA3_SCALING, True),
+    "llama2-7b": (32000, 4096, 32, 32, 32, 11008, 4096, 10000.0, None, False),
+    "llama3-8b": (128256, 4096, 32, 32, 8, 14336, 8192, 500000.0, None, False),
 }
 
 
 def config(name, seq):
-    vocab, hidden, layers, heads, kv_heads, ffn, theta, scaling, tied = PRESETS[name]
+    vocab, hidden, layers, heads, kv_heads, ffn, context, theta, scaling, tied = PRESETS[name]
     sizes = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                 num_key_value_heads=kv_heads, intermediate_size=ffn, max_position_embeddings=max(seq, 8192),
+                 num_key_value_heads=kv_heads, intermediate_size=ffn, max_position_embeddings=max(seq, context),
                  rms_norm_eps=1e-5, tie_word_embeddings=tied, hidden_act="silu", attention_bias=False)
     # transformers 5 takes rope_theta and the scaling as rope_parameters; earlier versions apart.
     if "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters:
