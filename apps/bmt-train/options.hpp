@@ -1,6 +1,7 @@
 #pragma once
 // bmt-train's options: command-line flags, optionally read from a TOML config file
 // (--config run.toml; flags given on the command line win over the file).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -70,6 +71,8 @@ struct TrainOptions {
   ModelConfig model_config() const;
   // The preset's name, or what the model comes from.
   std::string model_name() const;
+  // The learning-rate schedule's length in steps: --steps, and at least one step past the warmup.
+  std::int64_t schedule_steps() const { return std::max<std::int64_t>(steps, warmup + 1); }
 };
 
 // The options every rank must share, with the model they describe, as `key=value` items for

@@ -153,7 +153,7 @@ void Trainer::build_model() {
     else if (data_.val && o_.eval_every > 0)
       val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed + 1000003));
     schedule_ = bmt::optim::make_scheduler(o_.schedule, facts_.peak_lr, o_.warmup,
-                                           std::max<std::int64_t>(o_.steps, o_.warmup + 1), o_.min_lr);
+                                           o_.schedule_steps(), o_.min_lr);
   });
 }
 

@@ -76,7 +76,7 @@ json trajectory(const TrainOptions& o, float peak_lr, int world_size, const Data
   json data_files = json::array();
   for (const auto& [path, tokens] : files) data_files.push_back({path, tokens});
   return {{"schedule", o.schedule},
-          {"schedule_steps", std::max<std::int64_t>(o.steps, o.warmup + 1)},
+          {"schedule_steps", o.schedule_steps()},
           {"warmup", o.warmup},
           {"lr", peak_lr},
           {"min_lr", o.min_lr},
