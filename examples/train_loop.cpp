@@ -9,8 +9,8 @@
 // uninterrupted run's steps 21-40 exactly, loss for loss and gradient norm for gradient norm.
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/io/checkpoint_dir.hpp>
-#include <bmtrain/io/synthetic_markov.hpp>
-#include <bmtrain/io/token_loader.hpp>
+#include <bmtrain/data/synthetic_markov.hpp>
+#include <bmtrain/data/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
 
 #include <cmath>
@@ -78,10 +78,10 @@ struct Run {
   std::unique_ptr<bmt::optim::AdamW> adamw;
   bmt::optim::CosineLR schedule{kPeakLr, /*warmup=*/4, kSteps, /*min_lr=*/kPeakLr / 10};
   std::unique_ptr<bmt::optim::OptimManager> manager;
-  std::unique_ptr<bmt::io::TokenLoader> loader;
+  std::unique_ptr<bmt::data::TokenLoader> loader;
   std::int64_t step = 0;
 
-  explicit Run(std::shared_ptr<const bmt::io::SequenceSource> data) {
+  explicit Run(std::shared_ptr<const bmt::data::SequenceSource> data) {
     bmt::init_parameters(model);  // each rank initializes only its shards
     adamw = std::make_unique<bmt::optim::AdamW>(model);
     bmt::optim::OptimManagerOptions options;
@@ -89,12 +89,12 @@ struct Run {
     options.accumulation_steps = static_cast<int>(kAccumulation);
     manager = std::make_unique<bmt::optim::OptimManager>(options);
     manager->add_optimizer(*adamw, &schedule);
-    bmt::io::LoaderOptions lo;
+    bmt::data::LoaderOptions lo;
     lo.global_batch = kBatch;
     lo.seq_len = kSeq;
     lo.seed = 7;
     lo.vocab_size = kVocab;
-    loader = std::make_unique<bmt::io::TokenLoader>(std::move(data), lo);
+    loader = std::make_unique<bmt::data::TokenLoader>(std::move(data), lo);
   }
 
   // One optimizer step over kAccumulation micro-batches; the loss is the mean over ranks.
@@ -133,7 +133,7 @@ struct Run {
     const bmt::io::TrainingState state = bmt::io::load_training_state(path + "/training_state.json");
     step = state.step;
     schedule.set_step(state.lr_scheduler.at("step").get<std::int64_t>());
-    loader->restore(state.data.get<bmt::io::LoaderState>());
+    loader->restore(state.data.get<bmt::data::LoaderState>());
   }
 };
 
@@ -142,10 +142,10 @@ struct Run {
 int main(int argc, char** argv) {
   bmt::DistributedGuard runtime(&argc, &argv);
   const std::string root = argc > 1 ? argv[1] : "train_loop_ckpt";
-  bmt::io::MarkovOptions markov;
+  bmt::data::MarkovOptions markov;
   markov.vocab_size = kVocab;
   markov.seed = 3;
-  const auto data = std::make_shared<bmt::io::SyntheticMarkovDataset>(markov);
+  const auto data = std::make_shared<bmt::data::SyntheticMarkovDataset>(markov);
 
   // The uninterrupted run, saving at step 20 on the way.
   StepLog straight;

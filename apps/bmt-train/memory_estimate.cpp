@@ -1,8 +1,7 @@
 #include "memory_estimate.hpp"
 
-#include <algorithm>
-
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/models/memory_plan.hpp>
 #include <bmtrain/optim/memory_estimate.hpp>
 #include <bmtrain/runtime/host_memory.hpp>
 #include <bmtrain/tensor/memory.hpp>
@@ -13,21 +12,12 @@
 
 namespace bmt_train {
 
-MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg, int world, std::int64_t accumulation,
-                               std::size_t largest_block) {
-  bmt::optim::MemoryPlan plan;
-  plan.parameters = cfg.parameter_count();
-  plan.largest_block = static_cast<std::int64_t>(largest_block);
-  plan.world_size = world;
-  plan.dtype = cfg.dtype;
+MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg,
+                               const bmt::models::CausalLMOptions& model_options, int world,
+                               std::int64_t accumulation) {
+  bmt::optim::MemoryPlan plan = bmt::models::memory_plan(cfg, model_options, world);
   plan.offload = o.offload;
   plan.accumulates = accumulation > 1;
-  // A block list gathers at most every block ahead: a deeper prefetch takes no more.
-  plan.prefetch = static_cast<int>(std::min<std::int64_t>(o.prefetch, std::max<std::int64_t>(cfg.layers - 1, 0)));
-  // A block keeps its gathered parameters from forward to backward at zero level 2, or when it
-  // keeps its activations.
-  plan.kept_blocks = static_cast<int>(o.zero_level == 2 || !o.checkpointing ? cfg.layers
-                                                                            : std::min(o.keep_blocks, cfg.layers));
   const auto e = bmt::optim::estimate_memory(plan);
   return {e.device_state, e.device_buffers, e.host_state, e.device_bytes_per_parameter, e.host_bytes_per_parameter};
 }

@@ -1,6 +1,6 @@
 #pragma once
-// What a configuration needs per rank, before any of it is allocated: bmt::optim::estimate_memory
-// for bmt-train's options (the library says what a parameter costs by dtype and option).
+// What a configuration needs per rank, before any of it is allocated: bmt::optim::estimate_memory of
+// the library's plan for the model (bmt::models::memory_plan) under bmt-train's optimizer options.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,10 +17,11 @@ struct MemoryEstimate {
   // Activations are not estimated.
 };
 
-// For `options` on `world` ranks with `accumulation` micro-batches a step, whose largest storage
-// holds `largest_block` elements.
-MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config, int world,
-                               std::int64_t accumulation, std::size_t largest_block);
+// For `options` (the model run as `model_options`) on `world` ranks with `accumulation` micro-batches
+// a step: the model's plan from the library (bmt::models::memory_plan), the optimizer's options on it.
+MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config,
+                               const bmt::models::CausalLMOptions& model_options, int world,
+                               std::int64_t accumulation);
 
 // Refuses an estimate that cannot fit, before any of it is allocated: a bmt::Error naming the
 // bytes needed and the bytes there are, for the device (on the host build, the host memory the

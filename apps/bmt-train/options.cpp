@@ -15,6 +15,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <bmtrain/bmtrain.hpp>
+#include <bmtrain/models/hf_config.hpp>
+
 #include "config_file.hpp"
 
 namespace bmt_train {
@@ -144,7 +147,7 @@ std::string config_path(int argc, char** argv) {
 // config.json is an error naming both values.
 ModelConfig init_from_model(const TrainOptions& o) {
   const std::string where = "config.json '" + o.init_from + "/config.json'";
-  ModelConfig c = from_hf(bmt::io::read_hf_config(o.init_from));
+  ModelConfig c = bmt::models::read_hf_config(o.init_from);
   for (auto [flag, given, has] : {std::tuple{"--layers", o.layers, c.layers}, std::tuple{"--heads", o.heads, c.heads},
                                   std::tuple{"--kv-heads", o.kv_heads, c.kv_head_count()},
                                   std::tuple{"--dim", o.dim, c.dim}, std::tuple{"--ffn", o.ffn, c.ffn},
@@ -155,7 +158,7 @@ ModelConfig init_from_model(const TrainOptions& o) {
               "--rope-theta " << o.rope_theta << ": expected " << c.rope.theta << " as --init-from's " << where
                               << " says, found " << o.rope_theta);
   if (!o.model.empty()) {
-    const ModelConfig p = preset(o.model);
+    const ModelConfig p = bmt::models::preset(o.model);
     for (auto [what, want, has] : {std::tuple{"layers", p.layers, c.layers}, std::tuple{"heads", p.heads, c.heads},
                                    std::tuple{"key/value heads", p.kv_head_count(), c.kv_head_count()},
                                    std::tuple{"dim", p.dim, c.dim}, std::tuple{"ffn", p.ffn, c.ffn},
@@ -168,6 +171,18 @@ ModelConfig init_from_model(const TrainOptions& o) {
 }
 
 }  // namespace
+
+bmt::models::CausalLMOptions TrainOptions::model_options() const {
+  bmt::models::CausalLMOptions m;
+  m.prefetch_depth = prefetch;
+  m.checkpoint.use_checkpoint = checkpointing;
+  m.checkpoint.zero_level = zero_level;
+  m.checkpoint.keep_attention = keep_attention;
+  m.checkpoint.keep_residual = keep_residual;
+  m.keep_blocks = keep_blocks;
+  m.loss_chunk_rows = loss_chunk;
+  return m;
+}
 
 std::string TrainOptions::model_name() const {
   if (!model.empty()) return model;
@@ -188,13 +203,13 @@ ModelConfig TrainOptions::model_config() const {
     c = init_from_model(*this);
   } else {
     const std::string name = model_name();
-    c = preset(name);
+    c = bmt::models::preset(name);
     if (layers) c.layers = layers;
     if (heads) c.heads = heads;
     if (kv_heads) c.kv_heads = kv_heads;
     if (dim) c.dim = dim;
     if (ffn) c.ffn = ffn;
-    else if (dim) c.ffn = c.arch == "gpt2" ? 4 * dim : c.ffn * dim / preset(name).dim;
+    else if (dim) c.ffn = c.arch == "gpt2" ? 4 * dim : c.ffn * dim / bmt::models::preset(name).dim;
     if (vocab) c.vocab = vocab;
     BMT_REQUIRE(rope_theta == 0.0f || c.arch == "llama",
                 "--rope-theta: expected a Llama model (rotary embeddings), found " << c.arch);
@@ -243,7 +258,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   OptionTable t(app);
   std::string presets;
-  for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  for (const auto& n : bmt::models::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   constexpr std::int64_t max_size = std::int64_t{1} << 24;  // as model_config() checks
   const auto size = whole_number(0, max_size, "a size in [1, " + std::to_string(max_size) + "] (or 0: the preset's)");
   const auto at_least = [](std::int64_t lo, const std::string& note) {

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <string>
 
-#include "model.hpp"
+#include <bmtrain/models/causal_lm.hpp>
+#include <bmtrain/models/model_config.hpp>
 
 namespace bmt_train {
+
+using bmt::models::ModelConfig;
 
 struct TrainOptions {
   // model
@@ -69,6 +72,8 @@ struct TrainOptions {
   // The model the options describe: a preset with overrides, or --init-from's config.json (a flag
   // that disagrees with it is an error naming both values). Reads config.json on every call.
   ModelConfig model_config() const;
+  // How the model runs its blocks and loss: --prefetch, the recompute flags, --loss-chunk.
+  bmt::models::CausalLMOptions model_options() const;
   // The preset's name, or what the model comes from.
   std::string model_name() const;
   // The learning-rate schedule's length in steps: --steps, and at least one step past the warmup.

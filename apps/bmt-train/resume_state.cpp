@@ -56,23 +56,15 @@ ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContex
       state.loss_scaler, where, "loss_scaler", "clean_steps", 0,
       std::min<std::uint64_t>(step, static_cast<std::uint64_t>(std::numeric_limits<int>::max()))));
   r.key_counter = unsigned_member(state.rng, where, "rng", "key_counter", 0, std::numeric_limits<std::uint64_t>::max());
-  const std::string data_problem = bmt::error_of([&] { r.data = state.data.get<bmt::io::LoaderState>(); });
+  const std::string data_problem = bmt::error_of([&] { r.data = state.data.get<bmt::data::LoaderState>(); });
   BMT_REQUIRE(data_problem.empty(), where << "'data': " << data_problem);
   return r;
 }
 
 json checkpoint_model(const TrainOptions& o, const ModelConfig& c) {
-  return {{"preset", o.model_name()},
-          {"arch", c.arch},
-          {"layers", c.layers},
-          {"heads", c.heads},
-          {"kv_heads", c.kv_head_count()},
-          {"dim", c.dim},
-          {"ffn", c.ffn},
-          {"vocab", c.vocab},
-          {"max_seq", c.max_seq},
-          {"tie_embeddings", c.tie_embeddings},
-          {"dtype", bmt::dtype_name(c.dtype)}};
+  json j = bmt::models::to_json(c);
+  j["preset"] = o.model_name();
+  return j;
 }
 
 void check_checkpoint_model(const bmt::io::TrainingState& state, const json& model, const ResumeContext& context) {

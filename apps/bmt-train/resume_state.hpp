@@ -5,7 +5,7 @@
 // loss scaler's counts against the step, the model against the run's), and a bad one is a
 // bmt::Error naming the file, the field, what was expected and what was found (never a JSON library
 // exception escaping the trainer).
-#include <bmtrain/io/token_loader.hpp>
+#include <bmtrain/data/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
 
 #include <cstdint>
@@ -23,7 +23,7 @@ struct ResumePoint {
   std::optional<float> loss_scale;       // absent: keep the configured initial scale
   int clean_steps = 0;                   // steps since the loss scale last changed
   std::uint64_t key_counter = 0;         // the dropout RNG's position
-  bmt::io::LoaderState data;             // the data loader's position
+  bmt::data::LoaderState data;             // the data loader's position
 };
 
 // Where a checkpoint was found and the run that continues it.

@@ -1,6 +1,6 @@
 #include "trainer.hpp"
 
-#include <bmtrain/io/hf_checkpoint.hpp>
+#include <bmtrain/models/hf_config.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
@@ -66,8 +66,6 @@ Trainer::~Trainer() = default;
 void Trainer::configure() {
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     cfg_ = o_.model_config();
-    hf_ = to_hf(cfg_);
-    if (!o_.init_from.empty()) hf_.source = bmt::io::read_hf_config(o_.init_from).source;
     BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
                                                    << world_ << " ranks");
     facts_.local_batch = o_.batch / world_;
@@ -125,20 +123,14 @@ void Trainer::read_checkpoint() {
 
 // The model (initialized, or with the weights it resumes from), its data loaders and schedule.
 void Trainer::build_model() {
-  bmt::CheckpointOptions checkpoint;
-  checkpoint.use_checkpoint = o_.checkpointing;
-  checkpoint.zero_level = o_.zero_level;
-  checkpoint.keep_attention = o_.keep_attention;
-  checkpoint.keep_residual = o_.keep_residual;
+  const bmt::models::CausalLMOptions model_options = o_.model_options();
   // What the model will take is known before any of it is allocated: a configuration that cannot
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    model_ = std::make_unique<GPT>(cfg_, o_.prefetch, checkpoint, o_.loss_chunk, o_.keep_blocks);
-    std::int64_t largest_block = 0;
-    for (std::int64_t size : bmt::planned_storage_sizes(*model_, world_)) largest_block = std::max(largest_block, size);
-    facts_.memory = estimate_memory(o_, cfg_, world_, facts_.accumulation, static_cast<std::size_t>(largest_block));
+    facts_.memory = estimate_memory(o_, cfg_, model_options, world_, facts_.accumulation);
     // An evaluation holds no optimizer state, which the estimate counts.
     if (!o_.eval_only) require_memory(facts_.memory);
+    model_ = std::make_unique<bmt::models::CausalLM>(cfg_, model_options);
   });
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::init_parameters(*model_);
@@ -146,7 +138,7 @@ void Trainer::build_model() {
     if (!facts_.resumed_from.empty())
       bmt::load(*model_, facts_.resumed_from + "/model.safetensors");
     else if (!o_.init_from.empty())
-      bmt::io::load_hf_checkpoint(*model_, o_.init_from, hf_);
+      bmt::models::load_hf_checkpoint(*model_, o_.init_from);
     loader_.emplace(make_loader(data_.train, o_, cfg_, o_.seed));
     if (o_.eval_only)
       val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed, /*shuffle=*/false));
@@ -338,9 +330,8 @@ int Trainer::evaluate_only() {
 void Trainer::export_hf() {
   bmt::io::HfExportOptions options;
   options.max_shard_bytes = static_cast<std::uint64_t>(o_.export_shard_gb * 1e9);
-  bmt::io::save_hf_checkpoint(*model_, o_.export_hf, hf_, options);
-  bmt::print_rank("exported ", o_.export_hf, " (Hugging Face ", cfg_.arch == "gpt2" ? "GPT2LMHeadModel" : "LlamaForCausalLM",
-                  ")");
+  bmt::models::save_hf_checkpoint(*model_, o_.export_hf, options);
+  bmt::print_rank("exported ", o_.export_hf, " (Hugging Face ", bmt::models::hf_model_class(cfg_), ")");
 }
 
 nlohmann::json Trainer::run_trajectory() const {

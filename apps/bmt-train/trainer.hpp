@@ -4,7 +4,7 @@
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/io/checkpoint_dir.hpp>
 #include <bmtrain/io/directory_lock.hpp>
-#include <bmtrain/io/token_loader.hpp>
+#include <bmtrain/data/token_loader.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 
 #include "banner.hpp"
 #include "fault_injection.hpp"
-#include "model.hpp"
+#include <bmtrain/models/causal_lm.hpp>
 #include "options.hpp"
 #include "resume_state.hpp"
 #include "step_log.hpp"
@@ -56,17 +56,16 @@ class Trainer {
   const TrainOptions& o_;
   int world_ = 1;
   ModelConfig cfg_;
-  bmt::io::HfModelConfig hf_;  // the model as a Hugging Face config (--init-from's, updated)
   TrainingData data_;
   RunFacts facts_;
   std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names
   ResumePoint resumed_;                    // where the resumed checkpoint stands (checked)
   FaultInjection fault_;
-  std::unique_ptr<GPT> model_;
+  std::unique_ptr<bmt::models::CausalLM> model_;
   std::unique_ptr<bmt::optim::AdamW> adamw_;
   std::unique_ptr<bmt::optim::LRScheduler> schedule_;
   std::unique_ptr<bmt::optim::OptimManager> manager_;
-  std::optional<bmt::io::TokenLoader> loader_, val_loader_;
+  std::optional<bmt::data::TokenLoader> loader_, val_loader_;
   std::optional<bmt::io::CheckpointDir> checkpoints_;
   std::unique_ptr<bmt::io::DirectoryLock> save_lock_;  // rank 0: this job alone saves into --save
   std::unique_ptr<StepLog> log_;

@@ -1,11 +1,13 @@
 #pragma once
 // The umbrella header: everything a training program uses.
 #include "bmtrain/autograd/function.hpp"
+#include "bmtrain/data/data.hpp"
 #include "bmtrain/io/io.hpp"
 #include "bmtrain/io/model_checkpoint.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/kernels/reduce.hpp"
+#include "bmtrain/models/models.hpp"
 #include "bmtrain/nn/init.hpp"
 #include "bmtrain/nn/layers.hpp"
 #include "bmtrain/nn/module.hpp"

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "bmtrain/runtime/error.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
 namespace bmt::io {
 
@@ -17,14 +17,14 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   const bool in_place = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
   const std::string target = in_place ? path : path + ".tmp";
   const int fd = ::open(target.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | (in_place ? 0 : O_CREAT), 0644);
-  BMT_REQUIRE(fd >= 0, "cannot create '" << target << "': " << detail::errno_text(errno));
+  BMT_REQUIRE(fd >= 0, "cannot create '" << target << "': " << bmt::detail::errno_text(errno));
   const auto give_up = [&] {
     if (!in_place) ::unlink(target.c_str());
   };
   try {
-    detail::write_all(fd, bytes.data(), bytes.size(), target);
+    bmt::detail::write_all(fd, bytes.data(), bytes.size(), target);
     if (!in_place)
-      BMT_REQUIRE(::fsync(fd) == 0, "flushing '" << target << "' to storage failed: " << detail::errno_text(errno));
+      BMT_REQUIRE(::fsync(fd) == 0, "flushing '" << target << "' to storage failed: " << bmt::detail::errno_text(errno));
   } catch (...) {
     ::close(fd);
     give_up();
@@ -34,15 +34,15 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   if (::close(fd) != 0) {
     const int err = errno;
     give_up();
-    BMT_REQUIRE(false, "closing '" << target << "' failed: " << detail::errno_text(err));
+    BMT_REQUIRE(false, "closing '" << target << "' failed: " << bmt::detail::errno_text(err));
   }
   if (in_place) return;
   if (::rename(target.c_str(), path.c_str()) != 0) {
     const int err = errno;
     give_up();
-    BMT_REQUIRE(false, "renaming '" << target << "' to '" << path << "' failed: " << detail::errno_text(err));
+    BMT_REQUIRE(false, "renaming '" << target << "' to '" << path << "' failed: " << bmt::detail::errno_text(err));
   }
-  detail::fsync_path(detail::parent_directory(path));
+  bmt::detail::fsync_path(bmt::detail::parent_directory(path));
 }
 
 }  // namespace bmt::io

@@ -16,7 +16,7 @@
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/logging.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
 namespace bmt::io {
 
@@ -61,15 +61,15 @@ std::optional<nlohmann::json> marker_of(const std::string& dir, std::int64_t ste
 
 void fsync_tree(const std::string& dir) {
   for (const auto& entry : fs::recursive_directory_iterator(dir))
-    if (entry.is_regular_file() || entry.is_directory()) detail::fsync_path(entry.path().string());
-  detail::fsync_path(dir);
+    if (entry.is_regular_file() || entry.is_directory()) bmt::detail::fsync_path(entry.path().string());
+  bmt::detail::fsync_path(dir);
 }
 
 // Removes a step directory so that no crash during the removal leaves it looking complete: the
 // marker goes first, and is flushed, before the files.
 void remove_step_dir(const std::string& dir) {
   const std::string marker = dir + "/" + CheckpointDir::kMarker;
-  if (::unlink(marker.c_str()) == 0) detail::fsync_path(dir);
+  if (::unlink(marker.c_str()) == 0) bmt::detail::fsync_path(dir);
   std::error_code ec;
   fs::remove_all(dir, ec);
   BMT_REQUIRE(!ec, "cannot remove '" << dir << "': " << ec.message());
@@ -100,7 +100,7 @@ std::string CheckpointDir::begin_save(std::int64_t step) {
     BMT_REQUIRE(!ec, "checkpoint '" << temp << "': cannot remove the leftover of an interrupted save: " << ec.message());
     fs::create_directory(temp, ec);
     BMT_REQUIRE(!ec, "checkpoint '" << temp << "': cannot create it: " << ec.message());
-    detail::fsync_path(root_);
+    bmt::detail::fsync_path(root_);
   });
   return temp;
 }
@@ -119,8 +119,8 @@ std::string CheckpointDir::commit_save(std::int64_t step) {
     if (fs::exists(final_path, ec)) remove_step_dir(final_path);
     if (::rename(temp.c_str(), final_path.c_str()) != 0)
       BMT_REQUIRE(false, "checkpoint: renaming '" << temp << "' to '" << final_path
-                                                  << "' failed: " << detail::errno_text(errno));
-    detail::fsync_path(root_);
+                                                  << "' failed: " << bmt::detail::errno_text(errno));
+    bmt::detail::fsync_path(root_);
     write_json_atomic(final_path + "/" + kMarker,
                       {{"format", kMarkerFormat}, {"step", step}, {"world_size", size}, {"time", utc_now()}});
   });
@@ -151,7 +151,7 @@ void CheckpointDir::prune(std::int64_t just_saved) const {
   const auto complete = complete_steps(root_);
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last_) < complete.size(); ++i)
     remove_step_dir(step_path(complete[i]));
-  detail::fsync_path(root_);
+  bmt::detail::fsync_path(root_);
 }
 
 std::optional<std::int64_t> CheckpointDir::latest() const {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bmtrain/runtime/error.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
 namespace bmt::io {
 
@@ -24,9 +24,9 @@ bool try_lock(int fd, const std::string& path) {
   if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return true;
   if (errno == EAGAIN || errno == EACCES) return false;
   BMT_REQUIRE(errno == EINVAL || errno == ENOLCK || errno == ENOSYS,
-              "lock '" << path << "': cannot lock it: " << detail::errno_text(errno));
+              "lock '" << path << "': cannot lock it: " << bmt::detail::errno_text(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
-  BMT_REQUIRE(errno == EWOULDBLOCK, "lock '" << path << "': cannot lock it: " << detail::errno_text(errno));
+  BMT_REQUIRE(errno == EWOULDBLOCK, "lock '" << path << "': cannot lock it: " << bmt::detail::errno_text(errno));
   return false;
 }
 
@@ -57,13 +57,13 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
   const std::string path = dir + "/" + kFile;
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   BMT_REQUIRE(fd_ >= 0, what << " '" << dir << "': cannot open its lock file '" << path
-                             << "': " << detail::errno_text(errno));
+                             << "': " << bmt::detail::errno_text(errno));
   try {
     BMT_REQUIRE(try_lock(fd_, path), what << " '" << dir << "': expected no other job using it, found one holding its "
                                           << "lock '" << path << "': " << owner_of(fd_));
     const std::string owner = this_owner();
-    BMT_REQUIRE(::ftruncate(fd_, 0) == 0, "lock '" << path << "': cannot write it: " << detail::errno_text(errno));
-    detail::write_all(fd_, owner.data(), owner.size(), path);
+    BMT_REQUIRE(::ftruncate(fd_, 0) == 0, "lock '" << path << "': cannot write it: " << bmt::detail::errno_text(errno));
+    bmt::detail::write_all(fd_, owner.data(), owner.size(), path);
   } catch (...) {
     ::close(fd_);
     throw;

@@ -141,11 +141,11 @@ std::vector<std::int64_t> hub_shape(const ShardedStorage::Entry& e, bool transpo
   return shape;
 }
 
-// The checkpoint's name of `hub`: itself, or for GPT-2 without "transformer." (the hub's original
-// gpt2 files were saved from GPT2Model).
-std::string stored_name(const HubFiles& files, const HfModelConfig& config, const std::string& hub) {
-  const std::string prefix = "transformer.";
-  if (config.arch == "gpt2" && !files.find(hub) && starts_with(hub, prefix) && files.find(hub.substr(prefix.size())))
+// The checkpoint's name of `hub`: itself, or without the layout's optional prefix when only that
+// spelling is there.
+std::string stored_name(const HubFiles& files, const HfLayout& layout, const std::string& hub) {
+  const std::string& prefix = layout.optional_prefix;
+  if (!prefix.empty() && !files.find(hub) && starts_with(hub, prefix) && files.find(hub.substr(prefix.size())))
     return hub.substr(prefix.size());
   return hub;
 }
@@ -210,65 +210,9 @@ std::vector<char> shard_to_host(const ShardedStorage& s) {
   return host;
 }
 
-const char* hub_class(const HfModelConfig& c) { return c.arch == "gpt2" ? "GPT2LMHeadModel" : "LlamaForCausalLM"; }
-
 }  // namespace
 
-std::vector<HfTensor> hf_tensor_names(const HfModelConfig& c) {
-  std::vector<HfTensor> t;
-  auto add = [&](std::string parameter, std::string hub, bool transposed = false) {
-    t.push_back({std::move(parameter), std::move(hub), transposed});
-  };
-  if (c.arch == "gpt2") {
-    add("wte", "transformer.wte.weight");
-    add("wpe", "transformer.wpe.weight");
-    for (std::int64_t l = 0; l < c.layers; ++l) {
-      const std::string b = "blocks." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
-      for (const char* p : {"weight", "bias"}) add(b + "ln_1." + p, h + "ln_1." + p);
-      add(b + "attn.weight", h + "attn.c_attn.weight", true);
-      add(b + "attn.bias", h + "attn.c_attn.bias");
-      add(b + "attn_proj.weight", h + "attn.c_proj.weight", true);
-      add(b + "attn_proj.bias", h + "attn.c_proj.bias");
-      for (const char* p : {"weight", "bias"}) add(b + "ln_2." + p, h + "ln_2." + p);
-      add(b + "mlp_fc.weight", h + "mlp.c_fc.weight", true);
-      add(b + "mlp_fc.bias", h + "mlp.c_fc.bias");
-      add(b + "mlp_proj.weight", h + "mlp.c_proj.weight", true);
-      add(b + "mlp_proj.bias", h + "mlp.c_proj.bias");
-    }
-    add("ln_f.weight", "transformer.ln_f.weight");
-    add("ln_f.bias", "transformer.ln_f.bias");
-  } else {
-    add("wte", "model.embed_tokens.weight");
-    for (std::int64_t l = 0; l < c.layers; ++l) {
-      const std::string b = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
-      add(b + "attention_norm.weight", h + "input_layernorm.weight");
-      add(b + "wq.weight", h + "self_attn.q_proj.weight");
-      add(b + "wk.weight", h + "self_attn.k_proj.weight");
-      add(b + "wv.weight", h + "self_attn.v_proj.weight");
-      add(b + "wo.weight", h + "self_attn.o_proj.weight");
-      add(b + "ffn_norm.weight", h + "post_attention_layernorm.weight");
-      add(b + "w1.weight", h + "mlp.gate_proj.weight");
-      add(b + "w3.weight", h + "mlp.up_proj.weight");
-      add(b + "w2.weight", h + "mlp.down_proj.weight");
-    }
-    add("norm.weight", "model.norm.weight");
-  }
-  if (!c.tie_word_embeddings) add("lm_head", "lm_head.weight");
-  return t;
-}
-
-bool hf_ignored_tensor(const HfModelConfig& c, const std::string& hub) {
-  if (hub == "lm_head.weight") return c.tie_word_embeddings;
-  if (c.arch == "gpt2") return ends_with(hub, ".attn.bias") || ends_with(hub, ".attn.masked_bias");
-  return ends_with(hub, ".rotary_emb.inv_freq");
-}
-
-void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config) {
-  load_hf_checkpoint(model, dir, config, hf_tensor_names(config));
-}
-
-void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
-                        const std::vector<HfTensor>& tensors) {
+void load_hf_checkpoint(Module& model, const std::string& dir, const HfLayout& layout) {
   const HubFiles files(dir);
   const auto params = parameters_of(model);
   const std::string where = "Hugging Face checkpoint '" + dir + "'";
@@ -281,14 +225,14 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     bool transposed;
   };
   std::vector<Read> reads;
-  for (const auto& t : tensors) {
+  for (const auto& t : layout.tensors) {
     const auto p = params.find(t.parameter);
     BMT_REQUIRE(p != params.end(), where << ": expected the model to have parameter '" << t.parameter << "' for tensor '"
                                          << t.hub << "', found none");
-    const std::string name = stored_name(files, config, t.hub);
+    const std::string name = stored_name(files, layout, t.hub);
     const HubFiles::Tensor* h = files.find(name);
-    BMT_REQUIRE(h, where << ": expected tensor '" << t.hub << "' (for " << t.parameter << " of a " << hub_class(config)
-                         << " of " << config.layers << " layers), found no such tensor");
+    BMT_REQUIRE(h, where << ": expected tensor '" << t.hub << "' (for " << t.parameter << " of a " << layout.model
+                         << "), found no such tensor");
     const auto expected = hub_shape(*p->second.entry, t.transposed);
     BMT_REQUIRE(h->entry->shape == expected, where << ": tensor '" << name << "' in " << h->file << ": expected shape "
                                                    << shape_text(expected) << " (for " << t.parameter << "), found "
@@ -305,9 +249,9 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     BMT_REQUIRE(mapped_parameters.count(name), where << ": expected a tensor for every model parameter, found none for '"
                                                      << name << "'");
   for (const auto& [name, t] : files.tensors())
-    BMT_REQUIRE(used.count(name) || hf_ignored_tensor(config, name),
+    BMT_REQUIRE(used.count(name) || layout.ignored(name),
                 where << ": tensor '" << name << "' in " << t.file << ": expected only the tensors of a "
-                      << hub_class(config) << " of " << config.layers << " layers, found one it does not have");
+                      << layout.model << ", found one it does not have");
 
   // Each rank reads its shards' elements; a failed read on one rank fails the load on all.
   std::map<ShardedStorage*, std::vector<char>> host;
@@ -325,13 +269,8 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
   for (auto& [s, buffer] : host) copy_into(s->shard(), Tensor::from_host(buffer.data(), {s->shard_size()}, s->dtype()));
 }
 
-void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
+void save_hf_checkpoint(Module& model, const std::string& dir, const HfLayout& layout, nlohmann::json config,
                         const HfExportOptions& options) {
-  save_hf_checkpoint(model, dir, config, hf_tensor_names(config), options);
-}
-
-void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConfig& config,
-                        const std::vector<HfTensor>& tensors, const HfExportOptions& options) {
   const MPI_Comm comm = comm_or_world(MPI_COMM_NULL);
   const std::string where = "Hugging Face export '" + dir + "'";
   BMT_REQUIRE(options.max_shard_bytes > 0, where << ": expected a positive shard size, found 0");
@@ -343,7 +282,7 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     bool transposed;
   };
   std::vector<Export> specs;
-  for (const auto& t : tensors) {
+  for (const auto& t : layout.tensors) {
     const auto p = params.find(t.parameter);
     BMT_REQUIRE(p != params.end(), where << ": expected the model to have parameter '" << t.parameter << "' for tensor '"
                                          << t.hub << "', found none");
@@ -421,8 +360,7 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
     writer.close();
   }
 
-  HfModelConfig out = config;
-  out.dtype = specs.front().spec.dtype;
+  set_torch_dtype(config, specs.front().spec.dtype);
   run_on_root(comm, [&] {
     if (groups.size() > 1) {
       nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", nlohmann::json::object()}};
@@ -430,8 +368,30 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfModelConf
         for (std::size_t i : groups[g]) index["weight_map"][specs[i].spec.name] = names[g];
       write_json_atomic(dir + "/" + kIndexFile, index);
     }
-    write_json_atomic(dir + "/config.json", hf_config_json(out));
+    write_json_atomic(dir + "/config.json", config);
   });
+}
+
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float32";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+    default: break;
+  }
+  BMT_REQUIRE(false, "torch_dtype_name: expected f32, bf16 or f16, found " << dtype_name(dtype));
+}
+
+DType parse_torch_dtype(const std::string& name, const std::string& where) {
+  if (name == "float32") return DType::f32;
+  if (name == "bfloat16") return DType::bf16;
+  if (name == "float16") return DType::f16;
+  BMT_REQUIRE(false, where << ": expected torch_dtype float32, bfloat16 or float16, found '" << name << "'");
+}
+
+void set_torch_dtype(nlohmann::json& config, DType dtype) {
+  config["torch_dtype"] = torch_dtype_name(dtype);
+  if (config.contains("dtype")) config["dtype"] = torch_dtype_name(dtype);
 }
 
 }  // namespace bmt::io

@@ -7,7 +7,7 @@
 
 #include "bmtrain/io/atomic_file.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
 namespace bmt::io {
 
@@ -27,7 +27,7 @@ void write_json_atomic(const std::string& path, const nlohmann::json& value, int
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  BMT_REQUIRE(in.good(), "read_json: cannot open '" << path << "': " << detail::errno_text(errno));
+  BMT_REQUIRE(in.good(), "read_json: cannot open '" << path << "': " << bmt::detail::errno_text(errno));
   std::ostringstream text;
   text << in.rdbuf();
   BMT_REQUIRE(!in.bad(), "read_json: reading '" << path << "' failed");

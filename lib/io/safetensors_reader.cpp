@@ -10,7 +10,7 @@
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "element_conversion.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
 namespace bmt::io {
 
@@ -27,21 +27,21 @@ SafetensorsReader::SafetensorsReader(const std::string& path, MPI_Comm comm) : p
 
   std::string error;
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) error = where + "cannot open: " + detail::errno_text(errno);
+  if (fd_ < 0) error = where + "cannot open: " + bmt::detail::errno_text(errno);
   // Rank 0 reads the header once and shares it: every rank then parses the same bytes and reaches
   // the same verdict, and a job of thousands of ranks does not read it thousands of times.
   std::string head;
   std::uint64_t size = 0;
   if (rank == 0 && error.empty()) {
     error = error_of([&] {
-      size = detail::file_size(fd_, path);
+      size = bmt::detail::file_size(fd_, path);
       head.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size, 8)));
-      detail::pread_all(fd_, head.data(), head.size(), 0, path);
+      bmt::detail::pread_all(fd_, head.data(), head.size(), 0, path);
       if (size < 8) return;
       const std::uint64_t n = SafetensorsHeader::json_length(head);
       if (n > size - 8 || n > SafetensorsHeader::max_json_bytes) return;  // parse() names the problem
       head.resize(static_cast<std::size_t>(8 + n));
-      detail::pread_all(fd_, head.data() + 8, static_cast<std::size_t>(n), 8, path);
+      bmt::detail::pread_all(fd_, head.data() + 8, static_cast<std::size_t>(n), 8, path);
     });
     if (!error.empty()) error = where + error;
   }
@@ -93,13 +93,13 @@ void SafetensorsReader::read(const std::string& name, std::uint64_t first, std::
 
   const std::uint64_t offset = header_.data_start() + t.begin + first * t.element_size;
   if (dtype == file_dtype) {
-    detail::pread_all(fd_, out, static_cast<std::size_t>(count * t.element_size), offset, path_);
+    bmt::detail::pread_all(fd_, out, static_cast<std::size_t>(count * t.element_size), offset, path_);
     return;
   }
   std::vector<unsigned char> staging(static_cast<std::size_t>(std::min(count, kStagingElements) * t.element_size));
   for (std::uint64_t done = 0; done < count;) {
     const std::uint64_t n = std::min(count - done, kStagingElements);
-    detail::pread_all(fd_, staging.data(), static_cast<std::size_t>(n * t.element_size),
+    bmt::detail::pread_all(fd_, staging.data(), static_cast<std::size_t>(n * t.element_size),
                       offset + done * t.element_size, path_);
     detail::convert(staging.data(), file_dtype, static_cast<unsigned char*>(out) + done * dtype_size(dtype), dtype,
                     static_cast<std::size_t>(n));

@@ -59,13 +59,6 @@ std::size_t gather_bytes(ShardedStorage& s) {
   return static_cast<std::size_t>(s.total()) * dtype_size(s.dtype());
 }
 
-// Prefetching past the last block gathers nothing more; it would only add ring slots (one each:
-// a depth in the billions would not fit in memory).
-int prefetch_depth(int depth, std::size_t blocks) {
-  const std::size_t most = blocks > 1 ? blocks - 1 : 0;
-  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(depth, 0)), most));
-}
-
 // A gathered copy of one block's parameters: a ring slot, or a buffer of its own when the block
 // keeps its parameters from forward to backward.
 struct Gathered {
@@ -80,7 +73,7 @@ class BlockSequence final : public autograd::Function {
                 int depth)
       : blocks_(std::move(blocks)),
         bodies_(std::move(bodies)),
-        depth_(prefetch_depth(depth, blocks_.size())) {
+        depth_(effective_prefetch_depth(depth, blocks_.size())) {
     BMT_REQUIRE(!blocks_.empty() && blocks_.size() == bodies_.size(),
                 "TransformerBlockList: expected at least one block, found " << blocks_.size());
     for (auto* b : blocks_) {
@@ -293,7 +286,7 @@ class BlockSequence final : public autograd::Function {
   }
   // A block keeps its gathered parameters from forward to backward.
   bool blocks_kept(std::size_t i) const {
-    return training_graph_ && (blocks_[i]->options().zero_level == 2 || keeps_activations(i));
+    return training_graph_ && keeps_gathered_parameters(blocks_[i]->options());
   }
 
   void reserve_rings(int slots) {
@@ -413,5 +406,13 @@ std::vector<Tensor> CheckpointBlockBase::run_sequence(const std::vector<Checkpoi
                                                       const std::vector<Tensor>& inputs, int prefetch_depth) {
   return autograd::call<BlockSequence>(inputs, blocks, bodies, prefetch_depth);
 }
+
+int effective_prefetch_depth(int depth, std::size_t blocks) {
+  // One ring slot each: a depth in the billions would not fit in memory.
+  const std::size_t most = blocks > 1 ? blocks - 1 : 0;
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(depth, 0)), most));
+}
+
+bool keeps_gathered_parameters(const CheckpointOptions& o) { return o.zero_level == 2 || !o.use_checkpoint; }
 
 }  // namespace bmt

@@ -1,8 +1,8 @@
-// Fuzz target: token files (bmt::io::TokenShard and TokenDataset: llm.c shards of uint16 and uint32 tokens, raw uint16),
+// Fuzz target: token files (bmt::data::TokenShard and TokenDataset: llm.c shards of uint16 and uint32 tokens, raw uint16),
 // whose header is read from disk and then trusted to index the tokens, in each format a run can
 // ask for (detect, llmc, raw). The input is the file's content, written to a scratch file. Rejection must be a bmt::Error; an accepted file must
 // give a token count that fits the file, and every sequence it offers must be readable.
-#include <bmtrain/io/token_dataset.hpp>
+#include <bmtrain/data/token_dataset.hpp>
 #include <bmtrain/runtime/error.hpp>
 
 #include <cstdint>
@@ -15,11 +15,11 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string& path = input_as_file(data, size);
-  using bmt::io::TokenFileFormat;
+  using bmt::data::TokenFileFormat;
   for (auto format : {TokenFileFormat::detect, TokenFileFormat::llmc, TokenFileFormat::raw_u16}) {
     try {
-      bmt::io::TokenShard shard(path, format);
-      const std::uint64_t header = shard.format() == TokenFileFormat::llmc ? bmt::io::TokenShard::kLlmcHeaderBytes : 0;
+      bmt::data::TokenShard shard(path, format);
+      const std::uint64_t header = shard.format() == TokenFileFormat::llmc ? bmt::data::TokenShard::kLlmcHeaderBytes : 0;
       BMT_FUZZ_CHECK(shard.size() > 0 && header + shard.token_bytes() * shard.size() == size);
       std::vector<std::uint32_t> tokens(shard.size());
       shard.read(0, tokens.size(), tokens.data());  // every token is readable
@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   for (auto format : {TokenFileFormat::detect, TokenFileFormat::raw_u16}) {
     try {
-      bmt::io::TokenDataset dataset(path, format);
+      bmt::data::TokenDataset dataset(path, format);
       for (std::size_t seq_len : {1, 7, 64}) {
         std::vector<std::int32_t> sequence(seq_len + 1);
         const std::uint64_t n = dataset.sequence_count(seq_len);

@@ -4,7 +4,7 @@
 // and the data position restored into a loader over a small source). The input is the file's content. Invalid
 // JSON is the JSON parser's business; valid JSON with missing, ill-typed, out-of-range or
 // inconsistent fields must be a bmt::Error, never another exception.
-#include <bmtrain/io/token_loader.hpp>
+#include <bmtrain/data/token_loader.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/error.hpp>
 
@@ -19,7 +19,7 @@
 namespace {
 
 // 100 sequences of any length, every token 1.
-class Constant final : public bmt::io::SequenceSource {
+class Constant final : public bmt::data::SequenceSource {
  public:
   std::uint64_t sequence_count(std::size_t) const override { return 100; }
   void sequence(std::uint64_t, std::size_t seq_len, std::int32_t* out) const override {
@@ -47,12 +47,12 @@ void check(const bmt::io::TrainingState& state, std::int64_t marked_step, std::i
                                                      point.step);
     for (const auto& note : notes) BMT_FUZZ_CHECK(!note.empty() && note.find('\n') == std::string::npos);
     if (saved != state.extra.end()) BMT_FUZZ_CHECK(bmt_train::trajectory_changes(now, now, point.step).empty());
-    bmt::io::LoaderOptions lo;
+    bmt::data::LoaderOptions lo;
     lo.global_batch = 4;
     lo.seq_len = 8;
     lo.rank = 0;
     lo.world_size = 1;
-    bmt::io::TokenLoader loader(std::make_shared<Constant>(), lo);
+    bmt::data::TokenLoader loader(std::make_shared<Constant>(), lo);
     loader.restore(point.data);
     BMT_FUZZ_CHECK(loader.state().position <= loader.sequences_per_epoch());
     BMT_FUZZ_CHECK(loader.next().rows == 4);  // an accepted position yields the next batch

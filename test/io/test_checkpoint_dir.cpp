@@ -18,7 +18,7 @@
 #include "bmtrain/io/training_state.hpp"
 #include "bmtrain/runtime/agreement.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
 namespace fs = std::filesystem;
 using bmt::io::CheckpointDir;

@@ -13,7 +13,7 @@
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
 using bmt::DType;
 using bmt::io::Rounding;

@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "model.hpp"
+#include <bmtrain/bmtrain.hpp>
 
 namespace small_gpt {
 
 constexpr std::int64_t kGlobalBatch = 12, kSeq = 16;
 
-inline bmt_train::ModelConfig config(const std::string& arch, std::int64_t layers = 4) {
-  bmt_train::ModelConfig c;
+inline bmt::models::ModelConfig config(const std::string& arch, std::int64_t layers = 4) {
+  bmt::models::ModelConfig c;
   c.arch = arch;
   c.vocab = 67;
   c.max_seq = kSeq;

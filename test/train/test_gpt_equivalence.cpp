@@ -27,7 +27,7 @@ constexpr float kClip = 0.05f;
 
 TrainingRun train(const std::string& arch, bmt::CheckpointOptions checkpoint, int depth, bool clipped_sgd = false) {
   const auto cfg = small_gpt::config(arch);
-  bmt_train::GPT model(cfg, depth, checkpoint);
+  bmt::models::CausalLM model(cfg, {depth, checkpoint});
   bmt::init_parameters(model);
   std::unique_ptr<bmt::optim::Optimizer> optimizer;
   bmt::optim::OptimManagerOptions mo;

@@ -33,7 +33,7 @@ Batch reference_batch(int step, std::int64_t vocab) {
 }
 
 // A step's mean loss over the global batch; the gradients stay in the gradient shards.
-float loss_and_gradients(bmt_train::GPT& model, bmt::optim::OptimManager& manager, int step, bool through_manager) {
+float loss_and_gradients(bmt::models::CausalLM& model, bmt::optim::OptimManager& manager, int step, bool through_manager) {
   const int n = bmt::world_size();
   const std::int64_t local = small_gpt::kGlobalBatch / n;
   const auto mine = small_gpt::sequences(small_gpt::global_batch(step, model.config().vocab), bmt::rank() * local, local);
@@ -63,10 +63,10 @@ struct Comparison {
 // parameters' values, at the next batch: five coordinates spread over each parameter and two in a
 // row of wte the batch's tokens pick (its gradient comes from the embedding, and in GPT-2 from the
 // tied head as well). `parameters`: how many the model has.
-Comparison compare_with_reference(bmt_train::ModelConfig cfg, bmt::DType dtype, std::size_t parameters) {
+Comparison compare_with_reference(bmt::models::ModelConfig cfg, bmt::DType dtype, std::size_t parameters) {
   const std::string arch = cfg.arch;
   cfg.dtype = dtype;
-  bmt_train::GPT model(cfg);
+  bmt::models::CausalLM model(cfg);
   bmt::init_parameters(model);
   bmt::optim::AdamW adamw(model, bmt::optim::AdamWOptions{});
   bmt::optim::ConstantLR lr(3e-2f, 0);
@@ -117,7 +117,7 @@ Comparison compare_with_reference(bmt_train::ModelConfig cfg, bmt::DType dtype, 
 // Llama as Llama 3 is built: grouped-query attention (4 query heads over 2 key/value heads), the
 // head tied to the embedding, and rope_scaling whose bands (kept, blended, divided by the factor)
 // each hold some of the 8-wide head's 4 frequencies.
-bmt_train::ModelConfig llama3_like() {
+bmt::models::ModelConfig llama3_like() {
   auto cfg = small_gpt::config("llama", 2);
   cfg.heads = 4;
   cfg.kv_heads = 2;
@@ -127,7 +127,7 @@ bmt_train::ModelConfig llama3_like() {
 }
 
 // In f32, coordinate by coordinate.
-void expect_f32_matches(const bmt_train::ModelConfig& cfg, std::size_t parameters) {
+void expect_f32_matches(const bmt::models::ModelConfig& cfg, std::size_t parameters) {
   const std::string arch = cfg.arch;
   const Comparison c = compare_with_reference(cfg, bmt::DType::f32, parameters);
   EXPECT_NEAR(c.loss, c.reference_loss, 1e-5 * c.reference_loss);
@@ -143,7 +143,7 @@ void expect_f32_matches(const bmt_train::ModelConfig& cfg, std::size_t parameter
 // together, by the relative size of the difference. Measured on the host: loss 1.4e-5 (GPT-2) and
 // 3.1e-5 (Llama), all gradients 1.3e-3 and 3.3e-3, the worst parameter 3.1e-3 and 9.5e-3; the
 // bounds leave five times that or more for a GPU's kernels, where a wrong term gives 0.1 to 1.
-void expect_bf16_near(const bmt_train::ModelConfig& cfg, std::size_t parameters) {
+void expect_bf16_near(const bmt::models::ModelConfig& cfg, std::size_t parameters) {
   const std::string arch = cfg.arch;
   const Comparison c = compare_with_reference(cfg, bmt::DType::bf16, parameters);
   EXPECT_NEAR(c.loss, c.reference_loss, 1e-3 * c.reference_loss) << arch;

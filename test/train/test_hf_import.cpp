@@ -7,10 +7,10 @@
 
 #include <cmath>
 
-#include "../io/hub_checkpoint.hpp"
+#include "../models/hub_checkpoint.hpp"
 #include "bmtrain/io/hf_checkpoint.hpp"
 #include "gpt_reference.hpp"
-#include "model.hpp"
+#include "bmtrain/bmtrain.hpp"
 
 namespace {
 
@@ -29,7 +29,7 @@ std::vector<std::vector<std::int64_t>> sequences(std::int64_t vocab) {
 
 // The reference's parameters, by bmt-train's names, from the checkpoint's tensors: the values the
 // writer stored, Conv1D weights transposed back to [out, in].
-gpt_reference::Params reference_parameters(const HfModelConfig& c, DType dtype, float scale) {
+gpt_reference::Params reference_parameters(const ModelConfig& c, DType dtype, float scale) {
   gpt_reference::Params p;
   for (const auto& t : stored_tensors(c)) {
     const std::int64_t n = numel(t.shape);
@@ -43,29 +43,28 @@ gpt_reference::Params reference_parameters(const HfModelConfig& c, DType dtype, 
   return p;
 }
 
-gpt_reference::Shape reference_shape(const HfModelConfig& c) {
-  gpt_reference::Shape s{c.arch, c.vocab, c.hidden, c.heads, c.intermediate, c.layers, c.norm_eps, c.rope_theta};
-  s.kv_heads = c.kv_heads;
-  s.llama_tied = c.arch == "llama" && c.tie_word_embeddings;
-  s.rope_factor = c.rope_factor;
-  s.rope_low_freq_factor = c.rope_low_freq_factor;
-  s.rope_high_freq_factor = c.rope_high_freq_factor;
-  s.rope_original_positions = static_cast<double>(c.rope_original_max_positions);
+gpt_reference::Shape reference_shape(const ModelConfig& c) {
+  gpt_reference::Shape s{c.arch, c.vocab, c.dim, c.heads, c.ffn, c.layers, c.norm_eps, c.rope.theta};
+  s.kv_heads = c.kv_head_count();
+  s.llama_tied = c.arch == "llama" && c.tie_embeddings;
+  s.rope_factor = c.rope.factor;
+  s.rope_low_freq_factor = c.rope.low_freq_factor;
+  s.rope_high_freq_factor = c.rope.high_freq_factor;
+  s.rope_original_positions = static_cast<double>(c.rope.original_max_positions);
   return s;
 }
 
 // The model's mean loss over the batch (each rank its rows) and the reference's.
-void check_loss(const HfModelConfig& base, DType dtype, double tolerance) {
+void check_loss(const ModelConfig& base, DType dtype, double tolerance) {
   SharedTempDir tmp;
   const std::string dir = tmp / "checkpoint";
   const float scale = 1.0f;
   write_checkpoint(dir, base, {dtype, 2, "transformer.", false, scale});
-  const HfModelConfig hf = bmt::io::read_hf_config(dir);
-  bmt_train::ModelConfig cfg = bmt_train::from_hf(hf);
+  ModelConfig cfg = bmt::models::read_hf_config(dir);
   cfg.dtype = dtype;
-  bmt_train::GPT model(cfg);
+  bmt::models::CausalLM model(cfg);
   bmt::init_parameters(model);
-  bmt::io::load_hf_checkpoint(model, dir, hf);
+  bmt::models::load_hf_checkpoint(model, dir);
 
   const auto all = sequences(cfg.vocab);
   const int n = bmt::world_size();
@@ -85,15 +84,15 @@ void check_loss(const HfModelConfig& base, DType dtype, double tolerance) {
                    .to_host_floats()[0];
   bmt::context().host_comm().all_reduce(&loss, &loss, 1, DType::f32, bmt::ReduceOp::avg, bmt::context().compute_stream());
   const double want =
-      gpt_reference::loss(reference_parameters(hf, dtype, scale), reference_shape(hf), ref_tokens, ref_targets);
-  EXPECT_NEAR(loss, want, tolerance * want) << hf.arch << " " << bmt::dtype_name(dtype);
+      gpt_reference::loss(reference_parameters(cfg, dtype, scale), reference_shape(cfg), ref_tokens, ref_targets);
+  EXPECT_NEAR(loss, want, tolerance * want) << cfg.arch << " " << bmt::dtype_name(dtype);
   // Far from a uniform prediction's log(vocab): the weights shape the loss.
   EXPECT_GT(std::fabs(want - std::log(static_cast<double>(cfg.vocab))), 0.5) << want;
 }
 
-HfModelConfig llama3_like() {
-  HfModelConfig c = llama_config(true);  // 4 heads over 2 key/value heads, a tied head
-  c.hidden = 32;                         // 8-wide heads: 4 rotary frequencies, in every band of the scaling
+ModelConfig llama3_like() {
+  ModelConfig c = llama_config(true);  // 4 heads over 2 key/value heads, a tied head
+  c.dim = 32;                         // 8-wide heads: 4 rotary frequencies, in every band of the scaling
   return c;
 }
 
@@ -103,20 +102,20 @@ TEST(HfImport, Gpt2LossMatchesTheReference) {
 }
 
 TEST(HfImport, Llama2LossMatchesTheReference) {
-  HfModelConfig c = llama_config(false);
+  ModelConfig c = llama_config(false);
   c.kv_heads = c.heads;
   check_loss(c, DType::f32, 1e-5);
 }
 
 TEST(HfImport, Llama3LossMatchesTheReference) {
-  const HfModelConfig c = llama3_like();
+  const ModelConfig c = llama3_like();
   // The writer's config.json asks for rope_theta 500000 with rope_scaling llama3 factor 8 over 64
   // original positions: check that it arrives.
   SharedTempDir tmp;
   write_checkpoint(tmp / "c", c, {});
-  const auto hf = bmt::io::read_hf_config(tmp / "c");
-  ASSERT_DOUBLE_EQ(hf.rope_factor, 8.0);
-  ASSERT_EQ(bmt_train::from_hf(hf).rope.original_max_positions, 64.0f);
+  const auto hf = bmt::models::read_hf_config(tmp / "c");
+  ASSERT_DOUBLE_EQ(hf.rope.factor, 8.0);
+  ASSERT_EQ(hf.rope.original_max_positions, 64.0f);
   check_loss(c, DType::f32, 1e-5);
   check_loss(c, DType::bf16, 2e-2);
 }
@@ -124,8 +123,8 @@ TEST(HfImport, Llama3LossMatchesTheReference) {
 // ---- Presets: the released shapes -------------------------------------------------------------
 
 void expect_preset_is(const std::string& name, const std::string& config_json) {
-  const bmt_train::ModelConfig want = bmt_train::from_hf(bmt::io::parse_hf_config(Json::parse(config_json), name));
-  const bmt_train::ModelConfig got = bmt_train::preset(name);
+  const ModelConfig want = bmt::models::parse_hf_config(Json::parse(config_json), name);
+  const ModelConfig got = bmt::models::preset(name);
   EXPECT_EQ(got.arch, want.arch) << name;
   if (got.arch == "llama") EXPECT_EQ(got.vocab, want.vocab) << name;  // GPT-2's presets pad 50257 to 50304
   EXPECT_EQ(got.dim, want.dim) << name;

@@ -41,6 +41,14 @@ struct CheckpointOptions {
   bool keep_residual = false;
 };
 
+// The block scheduler's rules, for planning memory before a model exists:
+// the prefetch depth a sequence of `blocks` blocks runs at (its gather ring has depth + 1 slots):
+// prefetching past the last block gathers nothing more, so the depth is at most blocks - 1;
+int effective_prefetch_depth(int prefetch_depth, std::size_t blocks);
+// and whether a block with these options keeps its gathered parameters from a training forward to
+// its backward (ZeRO level 2, or a block that keeps its activations), in a buffer of its own.
+bool keeps_gathered_parameters(const CheckpointOptions& options);
+
 class CheckpointBlockBase : public Module {
  public:
   // The block's forward over its tensor arguments (in argument order), returning its outputs.

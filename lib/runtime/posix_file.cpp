@@ -9,7 +9,7 @@
 
 #include "bmtrain/runtime/error.hpp"
 
-namespace bmt::io::detail {
+namespace bmt::detail {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -62,4 +62,4 @@ std::string parent_directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
-}  // namespace bmt::io::detail
+}  // namespace bmt::detail

@@ -1,11 +1,11 @@
 #pragma once
-// Small POSIX helpers shared by the io layer: whole reads and writes that retry on EINTR and short
+// Small POSIX helpers shared by the data and io layers: whole reads and writes that retry on EINTR and short
 // transfers, and fsync of files and directories. All throw bmt::Error naming the path and errno.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace bmt::io::detail {
+namespace bmt::detail {
 
 std::string errno_text(int err);
 // Reads exactly `bytes` at `offset`; a file that ends sooner is an error.
@@ -16,4 +16,4 @@ std::uint64_t file_size(int fd, const std::string& path);
 void fsync_path(const std::string& path);
 std::string parent_directory(const std::string& path);
 
-}  // namespace bmt::io::detail
+}  // namespace bmt::detail

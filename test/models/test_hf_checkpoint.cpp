@@ -19,15 +19,15 @@
 #include <bmtrain/bmtrain.hpp>
 
 #include "bmtrain/io/hf_checkpoint.hpp"
-#include "bmtrain/io/hf_config.hpp"
+#include "bmtrain/models/models.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "hub_checkpoint.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
 namespace {
 
 using bmt::DType;
-using bmt::io::HfModelConfig;
+using bmt::models::ModelConfig;
 using bmt::test::SharedTempDir;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
@@ -75,7 +75,7 @@ struct Tree : bmt::Module {
 
 struct Model : bmt::DistributedModule {
   std::unique_ptr<Tree> tree;
-  Model(const HfModelConfig& c, DType dtype) {
+  Model(const ModelConfig& c, DType dtype) {
     std::vector<Leaf> leaves;
     for (const auto& t : stored_tensors(c)) {
       auto shape = t.shape;
@@ -101,14 +101,14 @@ std::map<std::string, std::vector<float>> gathered(bmt::Module& model) {
 }
 
 // The hub mapping with the test model's "m." prefix on the parameters.
-std::vector<bmt::io::HfTensor> mapping(const HfModelConfig& c) {
-  auto t = bmt::io::hf_tensor_names(c);
-  for (auto& x : t) x.parameter = "m." + x.parameter;
-  return t;
+bmt::io::HfLayout mapping(const ModelConfig& c) {
+  auto layout = bmt::models::hf_layout(c);
+  for (auto& x : layout.tensors) x.parameter = "m." + x.parameter;
+  return layout;
 }
 
 // Every parameter equals what the checkpoint holds for it, element by element.
-void expect_loaded(bmt::Module& model, const HfModelConfig& c, DType file_dtype, DType model_dtype,
+void expect_loaded(bmt::Module& model, const ModelConfig& c, DType file_dtype, DType model_dtype,
                    const std::string& what, const std::string& gpt2_prefix = "transformer.") {
   const auto got = gathered(model);
   for (const auto& t : stored_tensors(c, gpt2_prefix)) {
@@ -129,7 +129,7 @@ void expect_loaded(bmt::Module& model, const HfModelConfig& c, DType file_dtype,
   }
 }
 
-HfModelConfig parsed(const std::string& dir) { return bmt::io::read_hf_config(dir); }
+ModelConfig parsed(const std::string& dir) { return bmt::models::read_hf_config(dir); }
 
 // ---- Loading ----------------------------------------------------------------------------------
 
@@ -149,11 +149,11 @@ TEST(HfCheckpoint, LoadsGpt2IntoAnyWorldSize) {
   for (const auto& k : cases) {
     const std::string dir = tmp / ("gpt2-" + std::to_string(n++));
     write_checkpoint(dir, gpt2_config(), k.write);
-    const HfModelConfig c = parsed(dir);
-    EXPECT_EQ(c.intermediate, 40);
+    const ModelConfig c = parsed(dir);
+    EXPECT_EQ(c.ffn, 40);
     Model model(c, k.model);
     bmt::init_parameters(model);
-    bmt::io::load_hf_checkpoint(model, dir, c, mapping(c));
+    bmt::io::load_hf_checkpoint(model, dir, mapping(c));
     expect_loaded(model, c, k.write.dtype, k.model, dir, k.write.gpt2_prefix);
   }
 }
@@ -166,13 +166,13 @@ TEST(HfCheckpoint, LoadsLlamaWithGroupedQueryAttention) {
       for (int files : {1, 4}) {
         const std::string dir = tmp / ("llama-" + std::to_string(n++));
         write_checkpoint(dir, llama_config(tied), {file, files});
-        const HfModelConfig c = parsed(dir);
+        const ModelConfig c = parsed(dir);
         ASSERT_EQ(c.kv_heads, 2);
-        ASSERT_EQ(c.tie_word_embeddings, tied);
-        EXPECT_DOUBLE_EQ(c.rope_factor, 8.0);
+        ASSERT_EQ(c.tie_embeddings, tied);
+        EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
         Model model(c, DType::f32);
         bmt::init_parameters(model);
-        bmt::io::load_hf_checkpoint(model, dir, c, mapping(c));
+        bmt::io::load_hf_checkpoint(model, dir, mapping(c));
         expect_loaded(model, c, file, DType::f32, dir);
       }
 }
@@ -183,17 +183,17 @@ TEST(HfCheckpoint, LoadsLlamaWithGroupedQueryAttention) {
 // dtype), the files are transformers' (names, index, metadata, config), and the export loads back.
 // With `values_in_f32` the model holds its values in f32 as under an optimizer (AdamW's master
 // weights) while it loads and exports.
-void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_shard_bytes, bool sharded,
+void check_round_trip(const ModelConfig& base, DType dtype, std::uint64_t max_shard_bytes, bool sharded,
                       bool values_in_f32 = false) {
   SharedTempDir tmp;
   const std::string in = tmp / "in", out = tmp / "out";
   write_checkpoint(in, base, {dtype, 2});
-  const HfModelConfig c = parsed(in);
+  const ModelConfig c = parsed(in);
   Model model(c, dtype);
   bmt::init_parameters(model);
   if (values_in_f32)
     for (auto* s : bmt::sharded_storages(model)) s->hold_values_in_f32();
-  bmt::io::load_hf_checkpoint(model, in, c, mapping(c));
+  bmt::io::load_hf_checkpoint(model, in, mapping(c));
   // A stale single file from an earlier export must not survive a sharded one (and vice versa).
   if (bmt::rank() == 0) {
     std::filesystem::create_directories(out);
@@ -201,7 +201,7 @@ void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_
     bmt::test::write_file(out + "/model-00001-of-00009.safetensors", "stale");
   }
   bmt::test::barrier();
-  bmt::io::save_hf_checkpoint(model, out, c, mapping(c), {max_shard_bytes});
+  bmt::io::save_hf_checkpoint(model, out, mapping(c), bmt::models::hf_config_json(c), {max_shard_bytes});
 
   std::map<std::string, RawTensor> original, exported;
   for (const auto& f : std::filesystem::directory_iterator(in))
@@ -254,10 +254,10 @@ void check_round_trip(const HfModelConfig& base, DType dtype, std::uint64_t max_
     EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
   }
   // And the export loads back into a fresh model as the same values.
-  const HfModelConfig again = parsed(out);
+  const ModelConfig again = parsed(out);
   Model reloaded(again, dtype);
   bmt::init_parameters(reloaded);
-  bmt::io::load_hf_checkpoint(reloaded, out, again, mapping(again));
+  bmt::io::load_hf_checkpoint(reloaded, out, mapping(again));
   EXPECT_EQ(gathered(reloaded), gathered(model));
 }
 
@@ -272,31 +272,31 @@ TEST(HfCheckpoint, ExportThenImportGivesTheSameBytes) {
 // ---- Broken and mismatched checkpoints --------------------------------------------------------
 
 // Loading `dir` into a model of `c` fails on every rank with a message holding `expected`.
-void expect_load_error(const std::string& dir, const HfModelConfig& c, const std::string& expected) {
+void expect_load_error(const std::string& dir, const ModelConfig& c, const std::string& expected) {
   Model model(c, DType::f32);
   bmt::init_parameters(model);
-  EXPECT_THAT([&] { bmt::io::load_hf_checkpoint(model, dir, c, mapping(c)); },
+  EXPECT_THAT([&] { bmt::io::load_hf_checkpoint(model, dir, mapping(c)); },
               ThrowsMessage<bmt::Error>(HasSubstr(expected)))
       << dir;
 }
 
 TEST(HfCheckpoint, MismatchedCheckpointsNameTheTensor) {
   SharedTempDir tmp;
-  const HfModelConfig c = llama_config(false);
+  const ModelConfig c = llama_config(false);
   // More layers on disk than the model has.
-  HfModelConfig deeper = c;
+  ModelConfig deeper = c;
   deeper.layers = 3;
   write_checkpoint(tmp / "deeper", deeper, {});
   expect_load_error(tmp / "deeper", c,
                     "tensor 'model.layers.2.input_layernorm.weight' in model.safetensors: expected only the tensors "
                     "of a LlamaForCausalLM of 2 layers, found one it does not have");
   // Fewer.
-  HfModelConfig shallower = c;
+  ModelConfig shallower = c;
   shallower.layers = 1;
   write_checkpoint(tmp / "shallower", shallower, {});
   expect_load_error(tmp / "shallower", c, "expected tensor 'model.layers.1.input_layernorm.weight'");
   // Another key/value head count: the k/v projections' shapes differ.
-  HfModelConfig mha = c;
+  ModelConfig mha = c;
   mha.kv_heads = 4;
   write_checkpoint(tmp / "mha", mha, {DType::f32, 3});
   expect_load_error(tmp / "mha", c,
@@ -309,7 +309,7 @@ TEST(HfCheckpoint, MismatchedCheckpointsNameTheTensor) {
 
 TEST(HfCheckpoint, BrokenFilesEndWithOneLine) {
   SharedTempDir tmp;
-  const HfModelConfig c = gpt2_config();
+  const ModelConfig c = gpt2_config();
   const std::string good = tmp / "good";
   write_checkpoint(good, c, {DType::f32, 2});
   auto variant = [&](const std::string& name, const std::function<void(const std::string&)>& damage) {
@@ -377,7 +377,7 @@ TEST(HfCheckpoint, BrokenFilesEndWithOneLine) {
 
 TEST(HfConfig, ReleasedConfigs) {
   // openai-community/gpt2's config.json.
-  const auto gpt2 = bmt::io::parse_hf_config(
+  const auto gpt2 = bmt::models::parse_hf_config(
       Json::parse(R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
         "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
         "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
@@ -386,11 +386,11 @@ TEST(HfConfig, ReleasedConfigs) {
         "summary_use_proj": true, "vocab_size": 50257})"),
       "gpt2");
   EXPECT_EQ(gpt2.vocab, 50257);
-  EXPECT_EQ(gpt2.intermediate, 3072);  // n_inner absent: 4 n_embd
-  EXPECT_EQ(gpt2.max_positions, 1024);
-  EXPECT_TRUE(gpt2.tie_word_embeddings);
+  EXPECT_EQ(gpt2.ffn, 3072);  // n_inner absent: 4 n_embd
+  EXPECT_EQ(gpt2.max_seq, 1024);
+  EXPECT_TRUE(gpt2.tie_embeddings);
   // meta-llama/Llama-3.2-1B's.
-  const auto llama = bmt::io::parse_hf_config(
+  const auto llama = bmt::models::parse_hf_config(
       Json::parse(R"({"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
         "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
         "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false,
@@ -402,16 +402,16 @@ TEST(HfConfig, ReleasedConfigs) {
       "llama");
   EXPECT_EQ(llama.kv_heads, 8);
   EXPECT_EQ(llama.head_dim(), 64);
-  EXPECT_DOUBLE_EQ(llama.rope_theta, 500000.0);
-  EXPECT_DOUBLE_EQ(llama.rope_factor, 32.0);
-  EXPECT_EQ(llama.rope_original_max_positions, 8192);
-  EXPECT_TRUE(llama.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(llama.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(llama.rope.factor, 32.0);
+  EXPECT_EQ(llama.rope.original_max_positions, 8192);
+  EXPECT_TRUE(llama.tie_embeddings);
   EXPECT_EQ(llama.dtype, DType::bf16);
   // Written back: what from_pretrained reads, the source's other keys kept.
-  const Json back = bmt::io::hf_config_json(llama);
+  const Json back = bmt::models::hf_config_json(llama);
   EXPECT_EQ(back["bos_token_id"], 128000);
   EXPECT_EQ(back["num_key_value_heads"], 8);
-  EXPECT_EQ(bmt::io::parse_hf_config(back, "again").rope_factor, 32.0);
+  EXPECT_EQ(bmt::models::parse_hf_config(back, "again").rope.factor, 32.0);
   // transformers 5 keeps rope_theta and the scaling in rope_parameters; an export keeps that form.
   Json v5 = Json::parse(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256,
     "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
@@ -419,26 +419,26 @@ TEST(HfConfig, ReleasedConfigs) {
     "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "tie_word_embeddings": true,
     "dtype": "bfloat16"})");
-  const auto five = bmt::io::parse_hf_config(v5, "v5");
-  EXPECT_DOUBLE_EQ(five.rope_theta, 500000.0);
-  EXPECT_DOUBLE_EQ(five.rope_factor, 32.0);
-  EXPECT_EQ(five.rope_original_max_positions, 8192);
+  const auto five = bmt::models::parse_hf_config(v5, "v5");
+  EXPECT_DOUBLE_EQ(five.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(five.rope.factor, 32.0);
+  EXPECT_EQ(five.rope.original_max_positions, 8192);
   EXPECT_EQ(five.dtype, DType::bf16);
-  const Json five_back = bmt::io::hf_config_json(five);
+  const Json five_back = bmt::models::hf_config_json(five);
   EXPECT_EQ(five_back["rope_parameters"]["rope_theta"], 500000.0);
   EXPECT_EQ(five_back["rope_parameters"]["rope_type"], "llama3");
   EXPECT_FALSE(five_back.contains("rope_scaling"));
   EXPECT_EQ(five_back["dtype"], "bfloat16");
   v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
-  const auto plain = bmt::io::parse_hf_config(v5, "v5 default");
-  EXPECT_DOUBLE_EQ(plain.rope_theta, 10000.0);
-  EXPECT_EQ(plain.rope_factor, 0.0);
+  const auto plain = bmt::models::parse_hf_config(v5, "v5 default");
+  EXPECT_DOUBLE_EQ(plain.rope.theta, 10000.0);
+  EXPECT_EQ(plain.rope.factor, 0.0);
 }
 
 TEST(HfConfig, WhatBmtrainDoesNotComputeIsAnError) {
   const Json llama = llama_json(llama_config(false));
   auto fails = [](Json j, const std::string& expected) {
-    EXPECT_THAT([&] { bmt::io::parse_hf_config(j, "config.json 'x'"); },
+    EXPECT_THAT([&] { bmt::models::parse_hf_config(j, "config.json 'x'"); },
                 ThrowsMessage<bmt::Error>(HasSubstr(expected)));
   };
   Json j = llama;

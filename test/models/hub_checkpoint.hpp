@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "bmtrain/io/hf_config.hpp"
+#include "bmtrain/models/models.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/half.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
 namespace hub_checkpoint {
 
 using bmt::DType;
-using bmt::io::HfModelConfig;
+using bmt::models::ModelConfig;
 using Json = nlohmann::json;
 
 // A tensor of the hub checkpoint and the model parameter it holds, with the stored shape. The
@@ -31,13 +31,13 @@ struct Stored {
   bool transposed;                  // Conv1D: stored [in, out], the parameter is [out, in]
 };
 
-inline std::vector<Stored> stored_tensors(const HfModelConfig& c, const std::string& gpt2_prefix = "transformer.") {
-  const std::int64_t V = c.vocab, C = c.hidden, F = c.intermediate, D = c.hidden / c.heads, K = c.kv_heads * D;
+inline std::vector<Stored> stored_tensors(const ModelConfig& c, const std::string& gpt2_prefix = "transformer.") {
+  const std::int64_t V = c.vocab, C = c.dim, F = c.ffn, D = c.dim / c.heads, K = c.kv_head_count() * D;
   std::vector<Stored> t;
   if (c.arch == "gpt2") {
     const std::string p = gpt2_prefix;
     t.push_back({p + "wte.weight", "wte", {V, C}, false});
-    t.push_back({p + "wpe.weight", "wpe", {c.max_positions, C}, false});
+    t.push_back({p + "wpe.weight", "wpe", {c.max_seq, C}, false});
     for (std::int64_t l = 0; l < c.layers; ++l) {
       const std::string h = p + "h." + std::to_string(l) + ".", b = "blocks." + std::to_string(l) + ".";
       t.push_back({h + "ln_1.weight", b + "ln_1.weight", {C}, false});
@@ -71,7 +71,7 @@ inline std::vector<Stored> stored_tensors(const HfModelConfig& c, const std::str
     }
     t.push_back({"model.norm.weight", "norm.weight", {C}, false});
   }
-  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", "lm_head", {V, C}, false});
+  if (!c.tie_embeddings) t.push_back({"lm_head.weight", "lm_head", {V, C}, false});
   return t;
 }
 
@@ -149,60 +149,60 @@ inline std::map<std::string, RawTensor> read_safetensors(const std::string& path
   return out;
 }
 
-inline Json gpt2_json(const HfModelConfig& c) {
+inline Json gpt2_json(const ModelConfig& c) {
   return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},   {"vocab_size", c.vocab},
-          {"n_embd", c.hidden},                   {"n_layer", c.layers},     {"n_head", c.heads},
-          {"n_inner", c.intermediate},            {"n_positions", c.max_positions}, {"n_ctx", c.max_positions},
+          {"n_embd", c.dim},                   {"n_layer", c.layers},     {"n_head", c.heads},
+          {"n_inner", c.ffn},            {"n_positions", c.max_seq}, {"n_ctx", c.max_seq},
           {"layer_norm_epsilon", 1e-5},           {"activation_function", "gelu_new"},
           {"bos_token_id", 50256},                {"eos_token_id", 50256},   {"torch_dtype", "float32"}};
 }
 
-inline Json llama_json(const HfModelConfig& c) {
+inline Json llama_json(const ModelConfig& c) {
   Json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"vocab_size", c.vocab},
-            {"hidden_size", c.hidden},
+            {"hidden_size", c.dim},
             {"num_hidden_layers", c.layers},
             {"num_attention_heads", c.heads},
-            {"num_key_value_heads", c.kv_heads},
-            {"intermediate_size", c.intermediate},
-            {"max_position_embeddings", c.max_positions},
+            {"num_key_value_heads", c.kv_head_count()},
+            {"intermediate_size", c.ffn},
+            {"max_position_embeddings", c.max_seq},
             {"rms_norm_eps", 1e-6},
             {"rope_theta", 500000.0},
             {"rope_scaling",
              {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
               {"original_max_position_embeddings", 64}}},
-            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"tie_word_embeddings", c.tie_embeddings},
             {"hidden_act", "silu"},
             {"attention_bias", false},
             {"torch_dtype", "bfloat16"}};
   return j;
 }
 
-inline HfModelConfig gpt2_config() {
-  HfModelConfig c;
+inline ModelConfig gpt2_config() {
+  ModelConfig c;
   c.arch = "gpt2";
   c.vocab = 37;  // a multiple of nothing
-  c.hidden = 16;
+  c.dim = 16;
   c.layers = 2;
   c.heads = 2;
   c.kv_heads = 2;
-  c.intermediate = 40;
-  c.max_positions = 12;
+  c.ffn = 40;
+  c.max_seq = 12;
   return c;
 }
 
-inline HfModelConfig llama_config(bool tied) {
-  HfModelConfig c;
+inline ModelConfig llama_config(bool tied) {
+  ModelConfig c;
   c.arch = "llama";
   c.vocab = 41;
-  c.hidden = 16;
+  c.dim = 16;
   c.layers = 2;
   c.heads = 4;
   c.kv_heads = 2;  // grouped-query
-  c.intermediate = 24;
-  c.max_positions = 32;
-  c.tie_word_embeddings = tied;
+  c.ffn = 24;
+  c.max_seq = 32;
+  c.tie_embeddings = tied;
   return c;
 }
 
@@ -215,7 +215,7 @@ struct WriteOptions {
 };
 
 // Rank 0 writes the checkpoint; every rank returns once it is on disk.
-inline void write_checkpoint(const std::string& dir, const HfModelConfig& c, const WriteOptions& o) {
+inline void write_checkpoint(const std::string& dir, const ModelConfig& c, const WriteOptions& o) {
   if (bmt::rank() == 0) {
     std::filesystem::create_directories(dir);
     bmt::test::write_file(dir + "/config.json", (c.arch == "gpt2" ? gpt2_json(c) : llama_json(c)).dump(2));

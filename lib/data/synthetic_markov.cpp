@@ -1,4 +1,4 @@
-#include "bmtrain/io/synthetic_markov.hpp"
+#include "bmtrain/data/synthetic_markov.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/runtime/error.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 namespace {
 
@@ -123,4 +123,4 @@ void SyntheticMarkovDataset::sequence(std::uint64_t index, std::size_t seq_len, 
   }
 }
 
-}  // namespace bmt::io
+}  // namespace bmt::data

@@ -1,9 +1,9 @@
-#include "bmtrain/io/window_shuffle.hpp"
+#include "bmtrain/data/window_shuffle.hpp"
 
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/runtime/error.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 WindowShuffle::WindowShuffle(std::uint64_t n, std::uint64_t key) : n_(n), key_(key) {
   BMT_REQUIRE(n > 0, "WindowShuffle: expected at least one element, found 0");
@@ -30,4 +30,4 @@ std::uint64_t WindowShuffle::operator()(std::uint64_t i) const {
   return x;
 }
 
-}  // namespace bmt::io
+}  // namespace bmt::data

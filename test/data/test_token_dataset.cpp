@@ -11,14 +11,14 @@
 #include <set>
 
 #include "bmtrain/runtime/agreement.hpp"
-#include "bmtrain/io/token_dataset.hpp"
-#include "bmtrain/io/window_shuffle.hpp"
+#include "bmtrain/data/token_dataset.hpp"
+#include "bmtrain/data/window_shuffle.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
-using bmt::io::TokenDataset;
-using bmt::io::TokenFileFormat;
-using bmt::io::TokenShard;
+using bmt::data::TokenDataset;
+using bmt::data::TokenFileFormat;
+using bmt::data::TokenShard;
 using bmt::test::SharedTempDir;
 using ::testing::HasSubstr;
 
@@ -139,9 +139,9 @@ TEST(TokenShard, HeaderlessFilesOnlyWhenAskedForOrNamedSo) {
   EXPECT_EQ(TokenShard(dir / "val.bin").format(), TokenFileFormat::raw_u16);
   bmt::test::write_file(dir / "one.bin", "x");
   EXPECT_THAT(error_of([&] { TokenShard s(dir / "one.bin"); }), HasSubstr("found a file of 1 bytes"));
-  EXPECT_EQ(bmt::io::parse_token_file_format("auto"), TokenFileFormat::detect);
-  EXPECT_EQ(bmt::io::parse_token_file_format("raw"), TokenFileFormat::raw_u16);
-  EXPECT_THAT(error_of([&] { bmt::io::parse_token_file_format("u16"); }),
+  EXPECT_EQ(bmt::data::parse_token_file_format("auto"), TokenFileFormat::detect);
+  EXPECT_EQ(bmt::data::parse_token_file_format("raw"), TokenFileFormat::raw_u16);
+  EXPECT_THAT(error_of([&] { bmt::data::parse_token_file_format("u16"); }),
               HasSubstr("expected auto, llmc or raw, found 'u16'"));
 }
 
@@ -258,7 +258,7 @@ TEST(TokenDataset, GlobSortsShardsAndWindowsStayInsideShards) {
 
 TEST(WindowShuffle, IsABijectionThatDependsOnTheKey) {
   for (std::uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 100ull, 1000ull, 4097ull}) {
-    bmt::io::WindowShuffle a(n, 1), b(n, 2);
+    bmt::data::WindowShuffle a(n, 1), b(n, 2);
     std::set<std::uint64_t> seen;
     bool differs = false;
     for (std::uint64_t i = 0; i < n; ++i) {
@@ -266,13 +266,13 @@ TEST(WindowShuffle, IsABijectionThatDependsOnTheKey) {
       ASSERT_LT(v, n);
       seen.insert(v);
       differs = differs || v != b(i);
-      ASSERT_EQ(v, bmt::io::WindowShuffle(n, 1)(i)) << "deterministic";
+      ASSERT_EQ(v, bmt::data::WindowShuffle(n, 1)(i)) << "deterministic";
     }
     EXPECT_EQ(seen.size(), n) << "n = " << n;
     if (n >= 7) EXPECT_TRUE(differs) << "n = " << n;
   }
   // Not the identity, and not a rotation.
-  bmt::io::WindowShuffle s(1000, 7);
+  bmt::data::WindowShuffle s(1000, 7);
   int fixed = 0;
   for (std::uint64_t i = 0; i < 1000; ++i) fixed += s(i) == i;
   EXPECT_LT(fixed, 10);

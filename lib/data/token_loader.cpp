@@ -1,11 +1,11 @@
-#include "bmtrain/io/token_loader.hpp"
+#include "bmtrain/data/token_loader.hpp"
 
-#include "bmtrain/io/window_shuffle.hpp"
+#include "bmtrain/data/window_shuffle.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 void to_json(nlohmann::json& j, const LoaderState& s) { j = {{"epoch", s.epoch}, {"position", s.position}}; }
 
@@ -98,4 +98,4 @@ TokenBatch TokenLoader::next() {
   return batch;
 }
 
-}  // namespace bmt::io
+}  // namespace bmt::data

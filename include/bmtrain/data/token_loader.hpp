@@ -8,8 +8,8 @@
 // a run on 1, 2, 3 or 4 ranks trains on the same data, and a run resumed from state() on another
 // number of ranks continues exactly where it stopped.
 //
-//   auto data = std::make_shared<bmt::io::TokenDataset>("data/fineweb_train_*.bin");
-//   bmt::io::TokenLoader loader(data, {.global_batch = 512, .seq_len = 1024, .seed = 1});
+//   auto data = std::make_shared<bmt::data::TokenDataset>("data/fineweb_train_*.bin");
+//   bmt::data::TokenLoader loader(data, {.global_batch = 512, .seq_len = 1024, .seed = 1});
 //   for (auto& micro : loader.next().split(accumulation_steps)) ... micro.inputs, micro.targets ...
 //   state.data = loader.state();          // into the checkpoint; loader.restore(...) on resume
 //
@@ -20,9 +20,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "bmtrain/io/sequence_source.hpp"
+#include "bmtrain/data/sequence_source.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 struct LoaderOptions {
   std::size_t global_batch = 0;  // B: sequences per optimizer step, all ranks together
@@ -85,4 +85,4 @@ class TokenLoader {
   LoaderState state_;
 };
 
-}  // namespace bmt::io
+}  // namespace bmt::data

@@ -7,11 +7,11 @@
 #include <set>
 
 #include "bmtrain/runtime/agreement.hpp"
-#include "bmtrain/io/synthetic_markov.hpp"
+#include "bmtrain/data/synthetic_markov.hpp"
 #include "bmtrain/runtime/error.hpp"
 
-using bmt::io::MarkovOptions;
-using bmt::io::SyntheticMarkovDataset;
+using bmt::data::MarkovOptions;
+using bmt::data::SyntheticMarkovDataset;
 using ::testing::HasSubstr;
 
 namespace {

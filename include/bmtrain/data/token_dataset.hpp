@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "bmtrain/io/sequence_source.hpp"
+#include "bmtrain/data/sequence_source.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 enum class TokenFileFormat {
   detect,  // llm.c if the first int32 is the llm.c magic; raw only for nanoGPT's names (train.bin, val.bin)
@@ -93,4 +93,4 @@ class TokenDataset final : public SequenceSource {
   std::vector<TokenShard> shards_;
 };
 
-}  // namespace bmt::io
+}  // namespace bmt::data

@@ -5,7 +5,7 @@
 // position of it, so every world size agrees on the order.
 #include <cstdint>
 
-namespace bmt::io {
+namespace bmt::data {
 
 class WindowShuffle {
  public:
@@ -22,4 +22,4 @@ class WindowShuffle {
   std::uint64_t mask_ = 1;
 };
 
-}  // namespace bmt::io
+}  // namespace bmt::data

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "bmtrain/io/sequence_source.hpp"
+#include "bmtrain/data/sequence_source.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 struct MarkovOptions {
   std::int32_t vocab_size = 0;
@@ -53,4 +53,4 @@ class SyntheticMarkovDataset final : public SequenceSource {
   double entropy_rate_ = 0;
 };
 
-}  // namespace bmt::io
+}  // namespace bmt::data

@@ -1,4 +1,4 @@
-#include "bmtrain/io/token_dataset.hpp"
+#include "bmtrain/data/token_dataset.hpp"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "bmtrain/runtime/error.hpp"
-#include "posix_file.hpp"
+#include "../runtime/posix_file.hpp"
 
-namespace bmt::io {
+namespace bmt::data {
 
 TokenFileFormat parse_token_file_format(const std::string& name) {
   if (name == "auto") return TokenFileFormat::detect;
@@ -59,15 +59,15 @@ bool same_time(const timespec& a, const timespec& b) { return a.tv_sec == b.tv_s
 
 TokenShard::TokenShard(const std::string& path, TokenFileFormat format) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  BMT_REQUIRE(fd_ >= 0, "token file '" << path << "': cannot open: " << detail::errno_text(errno));
+  BMT_REQUIRE(fd_ >= 0, "token file '" << path << "': cannot open: " << bmt::detail::errno_text(errno));
   std::int32_t header[kLlmcHeaderBytes / sizeof(std::int32_t)] = {};
   std::string problem;
   try {
     struct stat st {};
-    BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path << "': cannot stat: " << detail::errno_text(errno));
+    BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path << "': cannot stat: " << bmt::detail::errno_text(errno));
     bytes_ = static_cast<std::uint64_t>(st.st_size);
     modified_ = st.st_mtim;
-    detail::pread_all(fd_, header, static_cast<std::size_t>(std::min<std::uint64_t>(bytes_, sizeof header)), 0, path);
+    bmt::detail::pread_all(fd_, header, static_cast<std::size_t>(std::min<std::uint64_t>(bytes_, sizeof header)), 0, path);
   } catch (...) {
     ::close(fd_);
     throw;
@@ -155,7 +155,7 @@ void TokenShard::read(std::uint64_t first, std::size_t count, std::uint32_t* out
                                                                           << count_ << ", asked for [" << first << ", "
                                                                           << first + count << ")");
   struct stat st {};
-  BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path_ << "': cannot stat: " << detail::errno_text(errno));
+  BMT_REQUIRE(::fstat(fd_, &st) == 0, "token file '" << path_ << "': cannot stat: " << bmt::detail::errno_text(errno));
   const auto now = static_cast<std::uint64_t>(st.st_size);
   BMT_REQUIRE(now == bytes_, "token file '" << path_ << "' changed while the job reads it: expected its " << bytes_
                                             << " bytes as when it was opened, found " << now
@@ -171,7 +171,7 @@ void TokenShard::read(std::uint64_t first, std::size_t count, std::uint32_t* out
     const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(at + done));
     if (n < 0 && errno == EINTR) continue;
     BMT_REQUIRE(n >= 0, "token file '" << path_ << "': reading " << bytes << " bytes at offset " << at
-                                       << " failed: " << detail::errno_text(errno));
+                                       << " failed: " << bmt::detail::errno_text(errno));
     BMT_REQUIRE(n > 0, "token file '" << path_ << "' changed while the job reads it: expected " << bytes_
                                       << " bytes as when it was opened, found its end at byte " << at + done
                                       << " (truncated)");
@@ -255,4 +255,4 @@ void TokenDataset::sequence(std::uint64_t index, std::size_t seq_len, std::int32
                                                                      << " (sequences of " << seq_len << " + 1 tokens), found " << index);
 }
 
-}  // namespace bmt::io
+}  // namespace bmt::data

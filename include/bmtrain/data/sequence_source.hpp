@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace bmt::io {
+namespace bmt::data {
 
 class SequenceSource {
  public:
@@ -16,4 +16,4 @@ class SequenceSource {
   virtual void sequence(std::uint64_t index, std::size_t seq_len, std::int32_t* out) const = 0;
 };
 
-}  // namespace bmt::io
+}  // namespace bmt::data

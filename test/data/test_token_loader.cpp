@@ -7,17 +7,17 @@
 #include <set>
 
 #include "bmtrain/runtime/agreement.hpp"
-#include "bmtrain/io/synthetic_markov.hpp"
-#include "bmtrain/io/token_dataset.hpp"
-#include "bmtrain/io/token_loader.hpp"
+#include "bmtrain/data/synthetic_markov.hpp"
+#include "bmtrain/data/token_dataset.hpp"
+#include "bmtrain/data/token_loader.hpp"
 #include "bmtrain/io/training_state.hpp"
 #include "bmtrain/runtime/error.hpp"
-#include "io_test_util.hpp"
+#include "common/io_test_util.hpp"
 
-using bmt::io::LoaderOptions;
-using bmt::io::LoaderState;
-using bmt::io::TokenBatch;
-using bmt::io::TokenLoader;
+using bmt::data::LoaderOptions;
+using bmt::data::LoaderState;
+using bmt::data::TokenBatch;
+using bmt::data::TokenLoader;
 using bmt::test::SharedTempDir;
 using ::testing::HasSubstr;
 
@@ -68,7 +68,7 @@ std::vector<std::int32_t> rows_of(const TokenBatch& b, std::size_t first, std::s
 }
 
 // Checks that this rank's batch equals its rows of the single-rank batch, for `steps` steps.
-void expect_rows_of_single_rank_batches(std::shared_ptr<const bmt::io::SequenceSource> source, std::size_t steps) {
+void expect_rows_of_single_rank_batches(std::shared_ptr<const bmt::data::SequenceSource> source, std::size_t steps) {
   const int r = bmt::rank(), n = bmt::world_size();
   TokenLoader mine(source, options(-1, -1));  // rank and world size from the runtime
   TokenLoader whole(source, options(0, 1));
@@ -89,25 +89,25 @@ std::string error_of(const std::function<void()>& f) { return bmt::error_of(f); 
 TEST(TokenLoader, RanksGetTheirRowsOfTheSameGlobalBatch) {
   SharedTempDir dir;
   write_shards(dir);
-  auto data = std::make_shared<bmt::io::TokenDataset>(dir / "train_*.bin");
+  auto data = std::make_shared<bmt::data::TokenDataset>(dir / "train_*.bin");
   ASSERT_EQ(data->sequence_count(kSeqLen), 63u);
   // 63 windows: 5 steps of 12 per epoch; run into the third epoch.
   expect_rows_of_single_rank_batches(data, 12);
 }
 
 TEST(TokenLoader, RanksAgreeOnSyntheticDataToo) {
-  bmt::io::MarkovOptions m;
+  bmt::data::MarkovOptions m;
   m.vocab_size = 50;
   m.successors = 4;
   m.seed = 9;
   m.sequences = 100;
-  expect_rows_of_single_rank_batches(std::make_shared<bmt::io::SyntheticMarkovDataset>(m), 10);
+  expect_rows_of_single_rank_batches(std::make_shared<bmt::data::SyntheticMarkovDataset>(m), 10);
 }
 
 TEST(TokenLoader, RowsAreWindowsWithShiftedTargetsAndEachEpochVisitsAllOnce) {
   SharedTempDir dir;
   write_shards(dir);
-  auto data = std::make_shared<bmt::io::TokenDataset>(dir / "train_*.bin");
+  auto data = std::make_shared<bmt::data::TokenDataset>(dir / "train_*.bin");
   TokenLoader loader(data, options(0, 1));
   ASSERT_EQ(loader.steps_per_epoch(), 5u);
   // Which window a row is: its first token identifies shard and position.
@@ -145,7 +145,7 @@ TEST(TokenLoader, RowsAreWindowsWithShiftedTargetsAndEachEpochVisitsAllOnce) {
 TEST(TokenLoader, RestoreContinuesExactlyOnAnyWorldSize) {
   SharedTempDir dir;
   write_shards(dir);
-  auto data = std::make_shared<bmt::io::TokenDataset>(dir / "train_*.bin");
+  auto data = std::make_shared<bmt::data::TokenDataset>(dir / "train_*.bin");
   // A single-rank run saves its state after 7 steps (inside epoch 1) through the training state.
   TokenLoader first(data, options(0, 1));
   for (int i = 0; i < 7; ++i) first.next();
@@ -178,7 +178,7 @@ TEST(TokenLoader, RestoreContinuesExactlyOnAnyWorldSize) {
 }
 
 TEST(TokenLoader, MicroBatchesSplitThisRanksRows) {
-  auto data = std::make_shared<bmt::io::SyntheticMarkovDataset>(bmt::io::MarkovOptions{20, 3, 1, 64});
+  auto data = std::make_shared<bmt::data::SyntheticMarkovDataset>(bmt::data::MarkovOptions{20, 3, 1, 64});
   TokenLoader loader(data, options(0, 2));  // 6 rows on this rank
   const TokenBatch b = loader.next();
   const auto parts = b.split(3);
@@ -197,7 +197,7 @@ TEST(TokenLoader, MicroBatchesSplitThisRanksRows) {
 }
 
 TEST(TokenLoader, ClearErrors) {
-  auto data = std::make_shared<bmt::io::SyntheticMarkovDataset>(bmt::io::MarkovOptions{20, 3, 1, 10});
+  auto data = std::make_shared<bmt::data::SyntheticMarkovDataset>(bmt::data::MarkovOptions{20, 3, 1, 10});
   auto o = options(0, 5);
   EXPECT_THAT(error_of([&] { TokenLoader l(data, o); }),
               HasSubstr("expected a global batch divisible by the world size 5, found 12 sequences"));
@@ -205,7 +205,7 @@ TEST(TokenLoader, ClearErrors) {
               HasSubstr("expected at least one global batch of 12 sequences of 8 + 1 tokens, found 10"));
   auto small_vocab = options(0, 1);
   small_vocab.vocab_size = 10;
-  auto more = std::make_shared<bmt::io::SyntheticMarkovDataset>(bmt::io::MarkovOptions{20, 3, 1, 100});
+  auto more = std::make_shared<bmt::data::SyntheticMarkovDataset>(bmt::data::MarkovOptions{20, 3, 1, 100});
   TokenLoader l(more, small_vocab);
   EXPECT_THAT(error_of([&] { l.next(); }), HasSubstr("expected tokens below the vocabulary size 10, found"));
   EXPECT_THAT(error_of([&] { TokenLoader bad(more, options(4, 4)); }),

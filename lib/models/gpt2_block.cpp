@@ -1,0 +1,65 @@
+#include "bmtrain/models/gpt2_block.hpp"
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/random.hpp"
+#include "bmtrain/ops/ops.hpp"
+
+namespace bmt::models {
+
+GPT2Block::GPT2Block(const ModelConfig& cfg)
+    : c(cfg),
+      ln_1(cfg.dim, cfg.dtype, cfg.norm_eps),
+      ln_2(cfg.dim, cfg.dtype, cfg.norm_eps),
+      c_attn(cfg.dim, 3 * cfg.dim, true, cfg.dtype, init::normal(cfg.init_std)),
+      attn_proj(cfg.dim, cfg.dim, true, cfg.dtype, residual_projection_init(cfg)),
+      c_fc(cfg.dim, cfg.ffn, true, cfg.dtype, init::normal(cfg.init_std)),
+      mlp_proj(cfg.ffn, cfg.dim, true, cfg.dtype, residual_projection_init(cfg)) {
+  register_module("ln_1", ln_1);
+  register_module("attn", c_attn);  // attn.weight / attn.bias: the fused QKV projection
+  register_module("attn_proj", attn_proj);
+  register_module("ln_2", ln_2);
+  register_module("mlp_fc", c_fc);
+  register_module("mlp_proj", mlp_proj);
+}
+
+std::vector<io::HfTensor> GPT2Block::hf_tensors() {
+  return {{"ln_1.weight", "ln_1.weight"},
+          {"ln_1.bias", "ln_1.bias"},
+          {"attn.weight", "attn.c_attn.weight", true},
+          {"attn.bias", "attn.c_attn.bias"},
+          {"attn_proj.weight", "attn.c_proj.weight", true},
+          {"attn_proj.bias", "attn.c_proj.bias"},
+          {"ln_2.weight", "ln_2.weight"},
+          {"ln_2.bias", "ln_2.bias"},
+          {"mlp_fc.weight", "mlp.c_fc.weight", true},
+          {"mlp_fc.bias", "mlp.c_fc.bias"},
+          {"mlp_proj.weight", "mlp.c_proj.weight", true},
+          {"mlp_proj.bias", "mlp.c_proj.bias"}};
+}
+
+Tensor GPT2Block::forward(const Tensor& x) const {
+  const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, D = c.head_dim();
+  auto qkv = split(c_attn.forward(ln_1.forward(x)), {c.dim, c.dim, c.dim}, -1);
+  Tensor y = attention_bthd(reshape(qkv[0], {B, T, H, D}), reshape(qkv[1], {B, T, H, D}),
+                            reshape(qkv[2], {B, T, H, D}), true);
+  Tensor h = residual(x, attn_proj, reshape(y, {B, T, c.dim}));
+  const Tensor m = ln_2.forward(h);
+  // With no gradient to record (a recomputed block's first pass, evaluation) the GELU runs in the
+  // first GEMM, saving a pass over the hidden activations. With one, it goes with the second GEMM,
+  // whose backward takes its derivative in the GEMM that makes its gradient: that saves more.
+  if (!autograd::grad_enabled()) return residual(h, mlp_proj, c_fc.forward_gelu(m));
+  return residual(h, mlp_proj, c_fc.forward(m), /*gelu_first=*/true);
+}
+
+Tensor GPT2Block::residual(const Tensor& x, const nn::Linear& proj, const Tensor& y, bool gelu_first) const {
+  if (c.dropout > 0.0f && is_training())
+    return residual_add(x, dropout(gelu_first ? proj.gelu_forward(y) : proj.forward(y)));
+  return proj.forward_onto(x, y, gelu_first);
+}
+
+Tensor GPT2Block::dropout(const Tensor& x) const {
+  if (c.dropout <= 0.0f || !is_training()) return x;
+  return bmt::dropout(x, c.dropout, random::next_key(), true);
+}
+
+}  // namespace bmt::models
