@@ -1,5 +1,6 @@
 #include "bmtrain/optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "bmtrain/kernels/basic.hpp"
@@ -53,6 +54,11 @@ AdamW::AdamW(Module& model, AdamWOptions options) : Optimizer(model), options_(o
               "AdamW: expected delayed_update only with offload, found it without");
   BMT_REQUIRE(options.moments == DType::f32 || options.moments == DType::bf16,
               "AdamW: expected moments in f32 or bf16, found " << dtype_name(options.moments));
+  // A smaller decay a step than 1 - kMaxBf16MomentBeta would be lost to rounding (adamw.hpp).
+  BMT_REQUIRE(options.moments != DType::bf16 || std::max(options.beta1, options.beta2) <= kMaxBf16MomentBeta,
+              "AdamW: expected betas <= " << kMaxBf16MomentBeta << " with bf16 moments (a smaller decay a step is "
+                                          << "lost to their rounding), found (" << options.beta1 << ", "
+                                          << options.beta2 << ")");
   plan_ranges(options.weight_decay, options.decay);
   if (options_.offload) {
     offloaded_ = std::make_unique<detail::OffloadedAdamW>(storages_, ranges_, options_);

@@ -28,6 +28,7 @@ namespace {
 
 constexpr std::int64_t kDim = 301;
 constexpr float kLr = 0.01f, kWeightDecay = 0.1f, kLossScale = 1024.0f;
+constexpr float kBeta1 = 0.9f, kBeta2 = 0.95f;  // bf16 moments take betas up to 0.99
 
 struct Model : bmt::DistributedModule {
   bmt::DistributedParameter bias;  // outside the blocks, with weight decay (a matrix)
@@ -71,6 +72,8 @@ struct Training {
   static bmt::optim::AdamWOptions options(bool offload, bmt::DType moments) {
     bmt::optim::AdamWOptions o;
     o.lr = kLr;
+    o.beta1 = kBeta1;
+    o.beta2 = kBeta2;
     o.weight_decay = kWeightDecay;
     o.offload = offload;
     o.moments = moments;
@@ -152,7 +155,7 @@ void reference_step(Reference& r, int step, float clip, bmt::DType moments) {
   double scale = 1.0 / kLossScale;
   if (clip > 0 && norm > clip) scale *= clip / (norm + 1e-6);
   // AdamWOptions' betas and eps are floats: the reference takes the same numbers.
-  const double b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const double b1 = kBeta1, b2 = kBeta2, eps = 1e-8f;
   const double bias1 = 1 - std::pow(b1, r.steps), bias2 = 1 - std::pow(b2, r.steps);
   for (std::size_t k = 0; k < r.w.size(); ++k)
     for (std::size_t j = 0; j < r.w[k].size(); ++j) {
@@ -289,17 +292,32 @@ TEST(Bf16Moments, AResumeThatChangesTheMomentsDtypeConvertsThem) {
   if (bmt::rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST(Bf16Moments, OtherMomentDtypesAreRefused) {
+// f16 moments, and bf16 ones with a beta whose decay a step their rounding would lose (beta2 =
+// 0.999, AdamWOptions' default: the second moment could only rise), are refused.
+TEST(Bf16Moments, OtherMomentDtypesAndBetasAbove099AreRefused) {
   Model model;
   bmt::init_parameters(model);
-  bmt::optim::AdamWOptions o;
-  o.moments = bmt::DType::f16;
-  try {
-    bmt::optim::AdamW adamw(model, o);
-    FAIL() << "expected an error";
-  } catch (const bmt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected moments in f32 or bf16, found f16"), std::string::npos) << e.what();
+  struct Case {
+    bmt::DType moments;
+    float beta2;
+    const char* message;
+  };
+  for (const Case& c : {Case{bmt::DType::f16, 0.95f, "expected moments in f32 or bf16, found f16"},
+                        Case{bmt::DType::bf16, 0.999f, "expected betas <= 0.99 with bf16 moments"}}) {
+    bmt::optim::AdamWOptions o;
+    o.moments = c.moments;
+    o.beta2 = c.beta2;
+    try {
+      bmt::optim::AdamW adamw(model, o);
+      ADD_FAILURE() << "expected an error: " << c.message;
+    } catch (const bmt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
   }
+  bmt::optim::AdamWOptions o;
+  o.moments = bmt::DType::bf16;
+  o.beta2 = 0.99f;
+  EXPECT_NO_THROW(bmt::optim::AdamW(model, o));
 }
 
 }  // namespace

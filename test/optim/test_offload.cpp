@@ -85,6 +85,7 @@ struct Trainer {
   static bmt::optim::AdamWOptions options(bool offload, bool delayed, bmt::DType moments) {
     bmt::optim::AdamWOptions o;
     o.moments = moments;
+    if (moments == bmt::DType::bf16) o.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
     o.weight_decay = 0.1f;
     o.offload = offload;
     o.delayed_update = delayed;
@@ -177,6 +178,37 @@ TEST(OffloadedAdamW, MatchesAdamWOnTheDevice) {
   }
 }
 
+// The host state is prepared after the constructor returns, from the values staged in the moments'
+// memory (for f32 values and bf16 moments across both moments' arrays): whenever it is read, the
+// master weights are the model's values and the moments zero; an optimizer dropped while it
+// prepares stops.
+TEST(OffloadedAdamW, HostStatePreparedInTheBackgroundHoldsTheValues) {
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16})
+    for (bmt::DType moments : {bmt::DType::f32, bmt::DType::bf16}) {
+      const std::string what = std::string(bmt::dtype_name(dtype)) + " values, " + bmt::dtype_name(moments) + " moments";
+      Model model(dtype, 1001, 4);
+      bmt::init_parameters(model);
+      bmt::optim::AdamWOptions options;
+      options.offload = true;
+      options.moments = moments;
+      options.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
+      options.host_threads = 3;
+      { bmt::optim::AdamW dropped(model, options); }
+      bmt::optim::AdamW adamw(model, options);
+      for (auto* s : adamw.storages()) {  // the last storage is prepared first, the first last
+        const auto state = adamw.state_of(*s);
+        const auto values = s->values().to_host_floats();
+        const auto master = state[0].second.to_host_floats();
+        ASSERT_EQ(master.size(), values.size()) << what;
+        for (std::size_t j = 0; j < values.size(); ++j) ASSERT_EQ(master[j], values[j]) << what << " " << s->name() << " " << j;
+        for (int k : {1, 2}) {
+          ASSERT_EQ(state[k].second.dtype(), moments) << what;
+          for (float x : state[k].second.to_host_floats()) ASSERT_EQ(x, 0.0f) << what << " " << s->name();
+        }
+      }
+    }
+}
+
 // A directory every rank names the same.
 std::string shared_directory(const std::string& name) {
   int pid = static_cast<int>(getpid());
@@ -267,6 +299,7 @@ TEST(OffloadedAdamW, DeviceBytesAreTheValuesAndAFewGradientsInFlight) {
       bmt::optim::AdamWOptions options;
       options.offload = true;
       options.moments = moments;
+      options.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
       bmt::optim::AdamW adamw(model, options);
       bmt::optim::MemoryPlan plan;
       for (auto* s : adamw.storages()) plan.parameters += s->total();  // padding included: it is kept too

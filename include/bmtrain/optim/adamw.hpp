@@ -26,6 +26,11 @@ namespace detail {
 class OffloadedAdamW;
 }
 
+// The largest beta bf16 moments take: their rounding to nearest loses a decay of less than
+// (1 - beta) = 1% a step (a bf16 step is 2^-9 to 2^-8 of the value), so that a second moment
+// with beta2 = 0.999 could only rise.
+constexpr float kMaxBf16MomentBeta = 0.99f;
+
 struct AdamWOptions {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -40,7 +45,8 @@ struct AdamWOptions {
   bool delayed_update = false;
   // With offload: host threads for the update; 0: bmt::host_threads() (this rank's share of cores).
   int host_threads = 0;
-  // The moments' dtype: f32, or bf16 (2 bytes each a parameter instead of 4).
+  // The moments' dtype: f32, or bf16 (2 bytes each a parameter instead of 4), which needs betas
+  // of at most kMaxBf16MomentBeta (bmt-train's 0.9 and 0.95 are; the default beta2 0.999 is not).
   DType moments = DType::f32;
   bool (*decay)(const std::string&, const Shape&) = decay_matrices;
   float lr = 1e-3f;  // the learning rate when no LRScheduler is given to OptimManager::add_optimizer
