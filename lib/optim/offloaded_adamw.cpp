@@ -94,14 +94,16 @@ OffloadedAdamW::OffloadedAdamW(const std::vector<ShardedStorage*>& storages,
     // does not fault them in one by one.
     const std::size_t es = dtype_size(s.dtype());
     const std::size_t in_m = std::min(un, un * ms / es);
+    const std::size_t staged[2] = {in_m * es, (un - in_m) * es};  // bytes in m, in v
     pool_.run([&](int p) {
-      const auto [b, e] = part(st, p);
-      std::memset(static_cast<char*>(st.m.get()) + static_cast<std::size_t>(b) * ms, 0, static_cast<std::size_t>(e - b) * ms);
-      std::memset(static_cast<char*>(st.v.get()) + static_cast<std::size_t>(b) * ms, 0, static_cast<std::size_t>(e - b) * ms);
+      for (int half = 0; half < 2; ++half) {
+        const auto [b, e] = ThreadPool::part(static_cast<std::int64_t>(staged[half]), pool_.size(), p, kHostAlign);
+        std::memset(static_cast<char*>((half == 0 ? st.m : st.v).get()) + b, 0, static_cast<std::size_t>(e - b));
+      }
     });
     const char* values = static_cast<const char*>(s.shard().data());
-    memory::copy_to_host(st.m.get(), values, in_m * es);
-    memory::copy_to_host(st.v.get(), values + in_m * es, (un - in_m) * es);
+    memory::copy_to_host(st.m.get(), values, staged[0]);
+    memory::copy_to_host(st.v.get(), values + staged[0], staged[1]);
     host_bytes_ += un * host_bytes_per_element(options.moments);
     storages_.push_back(std::move(st));
   }
