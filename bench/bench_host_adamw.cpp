@@ -132,7 +132,7 @@ void BM_HostAdamW(benchmark::State& state) {
   for (auto _ : state) {
     pool.run([&](int p) {
       const auto [b, e] = bmt::ThreadPool::part(n, pool.size(), p, kAlign);
-      bmt::optim::host_adamw_update(a.g.get() + b, a.w.get() + b, a.m.get() + b, a.v.get() + b,
+      bmt::optim::host_adamw_update(a.g.get() + b, a.w.get() + b, a.m.get() + b, a.v.get() + b, bmt::DType::f32,
                                     reinterpret_cast<std::uint16_t*>(a.out.get()) + b, bmt::DType::bf16, e - b, step);
     });
     benchmark::ClobberMemory();

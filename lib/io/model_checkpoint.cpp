@@ -12,13 +12,15 @@ namespace bmt {
 
 namespace {
 
-// This rank's values in the parameters' dtype (rounded where the storage holds them in f32).
-std::vector<char> shard_bytes(const ShardedStorage& s) {
-  const Tensor values = s.values();
-  std::vector<char> host(values.nbytes());
-  memory::copy_to_host(host.data(), values.data(), host.size());
+// A contiguous tensor's bytes on the host.
+std::vector<char> host_bytes(const Tensor& t) {
+  std::vector<char> host(t.nbytes());
+  memory::copy_to_host(host.data(), t.data(), host.size());
   return host;
 }
+
+// This rank's values in the parameters' dtype (rounded where the storage holds them in f32).
+std::vector<char> shard_bytes(const ShardedStorage& s) { return host_bytes(s.values()); }
 
 std::string list(const std::vector<std::string>& names) {
   std::string out;
@@ -89,22 +91,26 @@ LoadReport load(Module& model, const std::string& path, bool strict, io::Roundin
 
 namespace io {
 
+// Each state tensor is written in its own dtype (bf16 moments as bf16) and read back as f32, which
+// load_state stores in the optimizer's dtype: a resume that changes the moments' dtype converts them
+// (bf16 -> f32 exactly, f32 -> bf16 rounded to nearest even).
 void save_optimizer(const optim::Optimizer& optimizer, const std::string& path) {
   std::vector<TensorSpec> specs;
   for (auto* s : optimizer.storages())
     for (const auto& [state, t] : optimizer.state_of(*s))
-      for (const auto& e : s->entries()) specs.push_back({e.name + "." + state, DType::f32, e.parameter.shape()});
+      for (const auto& e : s->entries()) specs.push_back({e.name + "." + state, t.dtype(), e.parameter.shape()});
   std::map<std::string, std::string> metadata{{"optimizer", optimizer.name()},
                                               {"step", std::to_string(optimizer.step_count())}};
   SafetensorsWriter writer(path, specs, metadata);
   for (auto* s : optimizer.storages())
     for (const auto& [state, t] : optimizer.state_of(*s)) {
-      const auto values = t.to_host_floats();
+      const auto bytes = host_bytes(contiguous(t));
+      const std::size_t es = dtype_size(t.dtype());
       for (const auto& e : s->entries()) {
         const auto slice = s->local_slice(e);
         if (slice.count)
-          writer.write<float>(e.name + "." + state, static_cast<std::uint64_t>(slice.param_offset),
-                              static_cast<std::uint64_t>(slice.count), values.data() + slice.shard_offset);
+          writer.write(e.name + "." + state, static_cast<std::uint64_t>(slice.param_offset),
+                       static_cast<std::uint64_t>(slice.count), t.dtype(), bytes.data() + slice.shard_offset * es);
       }
     }
   writer.close();

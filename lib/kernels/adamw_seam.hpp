@@ -11,14 +11,13 @@
 
 namespace bmt::kernels::seam {
 
-// One contiguous range of a shard: parameters in the shard's dtype, f32 master (the parameters
-// themselves when they are f32), f32 gradient and moments, all offset to the range's first element.
+// One contiguous range of a shard that holds its values in f32 (the master weights): f32 master and
+// gradient, moments in the step's moments dtype, all offset to the range's first element.
 struct AdamWRange {
-  void* param;
   float* master;
   const float* grad;
-  float* exp_avg;
-  float* exp_avg_sq;
+  void* exp_avg;
+  void* exp_avg_sq;
   std::int64_t n;
   float weight_decay;
 };
@@ -28,8 +27,9 @@ struct AdamWScalars {
   const float* device_scale;  // when set, the gradient scale is read there; negative: no update
 };
 
-// Queues the update of every range (parameters of dtype `param_dtype`) on the compute stream;
-// false when the backend leaves it to the portable kernel.
-bool adamw_step(DType param_dtype, const std::vector<AdamWRange>& ranges, const AdamWScalars& s);
+// Queues the update of every range (moments of dtype `moments`: f32 or bf16, read into f32 and
+// rounded to nearest even when stored) on the compute stream; false when the backend leaves it to
+// the portable kernel.
+bool adamw_step(DType moments, const std::vector<AdamWRange>& ranges, const AdamWScalars& s);
 
 }  // namespace bmt::kernels::seam

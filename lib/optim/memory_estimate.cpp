@@ -1,5 +1,7 @@
 #include "bmtrain/optim/memory_estimate.hpp"
 
+#include <algorithm>
+
 #include "bmtrain/runtime/error.hpp"
 #include "offloaded_adamw.hpp"
 
@@ -10,16 +12,26 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
               "estimate_memory: expected a world size >= 1 and counts >= 0, found world size "
                   << p.world_size << ", " << p.parameters << " parameters, largest block " << p.largest_block
                   << ", prefetch " << p.prefetch << ", " << p.kept_blocks << " kept blocks");
+  BMT_REQUIRE(p.moments == DType::f32 || p.moments == DType::bf16,
+              "estimate_memory: expected moments in f32 or bf16, found " << dtype_name(p.moments));
   const double compute_bytes = static_cast<double>(dtype_size(p.dtype));
+  const double moments = 2.0 * static_cast<double>(dtype_size(p.moments));
   const bool sharded = p.world_size > 1;
   MemoryEstimate e;
-  // Where the optimizer is on the device the values are held in f32, as its master weights;
-  // offloaded, the device keeps them in the parameters' dtype and the master is on the host.
-  e.device_bytes_per_parameter = p.offload ? compute_bytes + (p.accumulates ? 4.0 : 0.0) : 16.0;
-  if (p.accumulates && sharded) e.device_bytes_per_parameter += 4.0;
-  e.host_bytes_per_parameter = p.offload ? 16.0 : 0.0;
+  // Where the optimizer is on the device the values are held in f32, as its master weights, and
+  // the f32 gradient shard lives from the backward that makes it to the step that consumes it;
+  // offloaded, the device keeps the values in the parameters' dtype and the master is on the host.
+  const double values = p.offload ? compute_bytes : 4.0 + moments;
+  // Accumulated micro-batches keep the gradient shard from the first to the step, and across ranks
+  // a later micro-batch's reduction lands beside it.
+  const double kept_gradients = p.accumulates ? 4.0 + (sharded ? 4.0 : 0.0) : 0.0;
+  e.forward_device_bytes_per_parameter = values + kept_gradients;
+  e.device_bytes_per_parameter = values + (p.offload ? kept_gradients : std::max(kept_gradients, 4.0));
+  e.host_bytes_per_parameter =
+      p.offload ? static_cast<double>(detail::OffloadedAdamW::host_bytes_per_element(p.moments)) : 0.0;
   const double n = static_cast<double>(p.parameters) / p.world_size;
   e.device_state = e.device_bytes_per_parameter * n;
+  e.forward_device_state = e.forward_device_bytes_per_parameter * n;
   e.host_state = e.host_bytes_per_parameter * n;
   // A block is gathered into a buffer unless one rank holds it in the parameters' dtype already.
   const bool gathers = sharded || (!p.offload && p.dtype != DType::f32);

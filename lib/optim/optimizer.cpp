@@ -58,6 +58,10 @@ void Optimizer::load_state(const ShardedStorage& s, const std::string& state, co
   BMT_REQUIRE(false, name() << "::load_state: unknown state '" << state << "': expected one of " << known);
 }
 
+void Optimizer::release_gradients() {
+  for (auto* s : storages_) s->release_gradient(Event());
+}
+
 void Optimizer::zero_grad() {
   for (auto* s : storages_) s->zero_grad();
 }

@@ -55,6 +55,7 @@ void SGD::step(float lr, const GradScale& scale) {
       sgd_kernel(s.shard(), s.grad_shard(), momentum_[k], r.begin, r.end, h);
     }
   }
+  release_gradients();
 }
 
 std::vector<std::pair<std::string, Tensor>> SGD::state_of(const ShardedStorage& s) const {

@@ -57,6 +57,20 @@ void* pinned_allocate(std::size_t bytes) {
 void pinned_free(void* ptr) {
   if (ptr) BMT_CUDA_CHECK(cudaFreeHost(ptr));
 }
+bool pin(void* ptr, std::size_t bytes) {
+  if (!bytes) return true;
+  // A thread the runtime did not start has device 0 current, whose context it would create: the
+  // rank's device first.
+  BMT_CUDA_CHECK(cudaSetDevice(context().topology().device));
+  if (cudaHostRegister(ptr, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+void unpin(void* ptr) {
+  if (ptr) BMT_CUDA_CHECK(cudaHostUnregister(ptr));
+}
 void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes) BMT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream.native()));
 }

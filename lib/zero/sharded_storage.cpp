@@ -148,7 +148,23 @@ void ShardedStorage::values_written(const Event& done) { values_written_ = done;
 void ShardedStorage::gradient_read(const Event& done) { gradient_read_ = done; }
 
 const Tensor& ShardedStorage::grad_shard_holder() {
-  if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_size_}, DType::f32);
+  if (grad_shard_.defined()) return grad_shard_;
+  // A new shard stands for zeros without being zeroed whole, as after zero_grad: across ranks the
+  // first reduction overwrites all of it (stale until then); at one rank the backward writes the
+  // trainable parts over, and only what lies outside them (padding, frozen parameters) is zeroed
+  // here, since the optimizer's ranges and the norm read it.
+  grad_shard_ = Tensor::empty({shard_size_}, DType::f32);
+  if (!whole()) {
+    grad_stale_ = true;
+    return grad_shard_;
+  }
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i + 1 < grad_layout_.size(); i += 2) {
+    if (grad_layout_[i] > at) grad_shard_.slice(0, at, grad_layout_[i]).zero_();
+    at = grad_layout_[i] + grad_layout_[i + 1];
+  }
+  if (total_ > at) grad_shard_.slice(0, at, total_).zero_();
+  for (auto& e : entries_) e.grad_unwritten = e.trainable;
   return grad_shard_;
 }
 
@@ -159,9 +175,10 @@ const Tensor& ShardedStorage::writable_grad_shard() {
 }
 
 const Tensor& ShardedStorage::grad_shard() {
+  grad_shard_holder();  // a new shard is marked stale or unwritten
   const bool unwritten =
       std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.grad_unwritten; });
-  if (!grad_stale_ && !unwritten) return grad_shard_holder();
+  if (!grad_stale_ && !unwritten) return grad_shard_;
   const Tensor& g = writable_grad_shard();
   if (grad_stale_) {
     g.zero_();
@@ -368,7 +385,7 @@ void ShardedStorage::release_gradient(const Event& after) {
   grad_shard_ = Tensor();
   incoming_ = Tensor();
   grad_dirty_ = grad_stale_ = padding_written_ = false;
-  for (auto& e : entries_) e.grad_unwritten = false;  // a new shard starts as zeros
+  for (auto& e : entries_) e.grad_unwritten = false;  // a new shard is made to stand for zeros
   gradient_read_ = Event();
   ++gradient_version_;
 }

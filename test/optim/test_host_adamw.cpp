@@ -1,7 +1,7 @@
 // The offloaded AdamW's host update against the update written out element by element (the same
 // expressions as the device kernel) and its values against the 16-bit conversions of
 // runtime/half.hpp, for every output dtype, written apart and over the gradient as the offloaded
-// optimizer does.
+// optimizer does, with f32 and bf16 moments.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,7 +41,7 @@ TEST(HostAdamW, MatchesTheElementwiseUpdateForEveryDtypeAndOverTheGradient) {
       std::vector<float> rw = w, rm = m, rv = v, rg = g;
       std::vector<float> out_buffer(n);
       void* out = over_gradient ? static_cast<void*>(g.data()) : static_cast<void*>(out_buffer.data());
-      bmt::optim::host_adamw_update(g.data(), w.data(), m.data(), v.data(), out, dtype, n, s);
+      bmt::optim::host_adamw_update(g.data(), w.data(), m.data(), v.data(), bmt::DType::f32, out, dtype, n, s);
       for (std::int64_t i = 0; i < n; ++i) {
         const float gi = rg[i] * s.grad_scale;
         const float mi = s.beta1 * rm[i] + (1.0f - s.beta1) * gi;
@@ -58,6 +58,43 @@ TEST(HostAdamW, MatchesTheElementwiseUpdateForEveryDtypeAndOverTheGradient) {
             << " vs " << want;
       }
     }
+}
+
+// bf16 moments: read widened, updated in f32, stored rounded to nearest even; the master weights
+// take the unrounded new moments. The stored bits equal bf16_t::from_float of the f32 update (but
+// where a fused multiply-add moves the f32 value across a rounding boundary: one bf16 step).
+TEST(HostAdamW, Bf16MomentsAreWidenedUpdatedInF32AndRoundedToNearestEven) {
+  const std::int64_t n = 5003;
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
+    std::vector<float> g(n), w(n);
+    std::vector<std::uint16_t> m(n), v(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      g[i] = std::sin(0.37f * i) * 3.0f;
+      w[i] = std::cos(0.11f * i);
+      m[i] = bmt::bf16_t::from_float(0.01f * std::sin(0.5f * i));
+      v[i] = bmt::bf16_t::from_float(0.001f * (1 + std::cos(0.3f * i)));
+    }
+    const bmt::optim::HostAdamWStep s{0.01f, 0.5f, 0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 0.1f};
+    const std::vector<float> rw = w, rg = g;
+    const std::vector<std::uint16_t> rm = m, rv = v;
+    std::vector<float> out(n);
+    bmt::optim::host_adamw_update(g.data(), w.data(), m.data(), v.data(), bmt::DType::bf16, out.data(), dtype, n, s);
+    std::int64_t exact = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float gi = rg[i] * s.grad_scale;
+      const float mi = s.beta1 * bmt::bf16_t::to_float(rm[i]) + (1.0f - s.beta1) * gi;
+      const float vi = s.beta2 * bmt::bf16_t::to_float(rv[i]) + (1.0f - s.beta2) * gi * gi;
+      const float update = (mi / s.bias1) / (std::sqrt(vi / s.bias2) + s.eps);
+      const float wi = rw[i] * (1.0f - s.lr * s.weight_decay) - s.lr * update;
+      ASSERT_NEAR(w[i], wi, 1e-6 * std::fabs(wi) + 1e-7) << i;
+      const std::uint16_t want_m = bmt::bf16_t::from_float(mi), want_v = bmt::bf16_t::from_float(vi);
+      ASSERT_LE(std::abs(static_cast<int>(m[i]) - static_cast<int>(want_m)), 1) << "exp_avg " << i;
+      ASSERT_LE(std::abs(static_cast<int>(v[i]) - static_cast<int>(want_v)), 1) << "exp_avg_sq " << i;
+      exact += m[i] == want_m && v[i] == want_v;
+      ASSERT_EQ(as_float(out.data(), dtype, i), rounded(w[i], dtype)) << i;
+    }
+    EXPECT_GE(exact, n - n / 1000) << "moments rounded otherwise than to nearest even";
+  }
 }
 
 TEST(HostAdamW, RoundsLikeTheHalfConversionsNaNAndInfinityIncluded) {

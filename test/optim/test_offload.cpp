@@ -57,12 +57,14 @@ struct Config {
   float loss_scale = 1.0f;
   bool dynamic = false;
   int nonfinite_step = -1;  // rank 0's first micro-batch gets a NaN input at this step
+  bmt::DType moments = bmt::DType::f32;
 };
 
 std::string describe(const Config& c) {
   return "accumulation " + std::to_string(c.accumulation) + ", defer " + std::to_string(c.defer_norm_read) +
          ", clip " + std::to_string(c.clip) + ", loss scale " + std::to_string(c.loss_scale) +
-         (c.dynamic ? " dynamic" : "") + ", non-finite at " + std::to_string(c.nonfinite_step);
+         (c.dynamic ? " dynamic" : "") + ", non-finite at " + std::to_string(c.nonfinite_step) + ", " +
+         bmt::dtype_name(c.moments) + " moments";
 }
 
 // A model with its optimizer, schedule and manager.
@@ -76,12 +78,14 @@ struct Trainer {
 
   Trainer(bool offload, const Config& c, bool delayed = false, std::int64_t dim = kDim, int depth = kBlocks,
           std::int64_t rows = kRows)
-      : model(bmt::DType::f32, dim, depth, rows), adamw(initialized(model), options(offload, delayed)),
+      : model(bmt::DType::f32, dim, depth, rows), adamw(initialized(model), options(offload, delayed, c.moments)),
         manager(manager_options(c)), config(c), dim_(dim), rows_(rows) {
     manager.add_optimizer(adamw, &lr);
   }
-  static bmt::optim::AdamWOptions options(bool offload, bool delayed) {
+  static bmt::optim::AdamWOptions options(bool offload, bool delayed, bmt::DType moments) {
     bmt::optim::AdamWOptions o;
+    o.moments = moments;
+    if (moments == bmt::DType::bf16) o.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
     o.weight_decay = 0.1f;
     o.offload = offload;
     o.delayed_update = delayed;
@@ -153,6 +157,7 @@ TEST(OffloadedAdamW, MatchesAdamWOnTheDevice) {
       {2, true, 0.05f, 1024.0f, true, 3},   // the same with accumulation and the norm left to the device
       {2, false, 0.0f, 64.0f, false, -1},   // a static loss scale, no clipping
       {1, true, 10.0f, 1.0f, false, -1},    // clipping that never applies
+      {2, true, 0.05f, 1024.0f, true, 3, bmt::DType::bf16},  // bf16 moments, rounded alike on both sides
   };
   for (const Config& c : configs) {
     Trainer device(false, c), offloaded(true, c);
@@ -171,6 +176,37 @@ TEST(OffloadedAdamW, MatchesAdamWOnTheDevice) {
     }
     if (c.nonfinite_step > 0) EXPECT_EQ(offloaded.manager.skipped_steps(), 1) << describe(c);
   }
+}
+
+// The host state is prepared after the constructor returns, from the values staged in the moments'
+// memory (for f32 values and bf16 moments across both moments' arrays): whenever it is read, the
+// master weights are the model's values and the moments zero; an optimizer dropped while it
+// prepares stops.
+TEST(OffloadedAdamW, HostStatePreparedInTheBackgroundHoldsTheValues) {
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16})
+    for (bmt::DType moments : {bmt::DType::f32, bmt::DType::bf16}) {
+      const std::string what = std::string(bmt::dtype_name(dtype)) + " values, " + bmt::dtype_name(moments) + " moments";
+      Model model(dtype, 1001, 4);
+      bmt::init_parameters(model);
+      bmt::optim::AdamWOptions options;
+      options.offload = true;
+      options.moments = moments;
+      options.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
+      options.host_threads = 3;
+      { bmt::optim::AdamW dropped(model, options); }
+      bmt::optim::AdamW adamw(model, options);
+      for (auto* s : adamw.storages()) {  // the last storage is prepared first, the first last
+        const auto state = adamw.state_of(*s);
+        const auto values = s->values().to_host_floats();
+        const auto master = state[0].second.to_host_floats();
+        ASSERT_EQ(master.size(), values.size()) << what;
+        for (std::size_t j = 0; j < values.size(); ++j) ASSERT_EQ(master[j], values[j]) << what << " " << s->name() << " " << j;
+        for (int k : {1, 2}) {
+          ASSERT_EQ(state[k].second.dtype(), moments) << what;
+          for (float x : state[k].second.to_host_floats()) ASSERT_EQ(x, 0.0f) << what << " " << s->name();
+        }
+      }
+    }
 }
 
 // A directory every rank names the same.
@@ -247,31 +283,38 @@ TEST(OffloadedAdamW, DelayedUpdateTakesEachGradientOneUpdateBehind) {
   expect_near(delayed.values(), reference.values(), "values after flush()");
 }
 
-// The device keeps the values in the parameters' dtype, the host 16 bytes a parameter; under
+// The device keeps the values in the parameters' dtype, the host 16 bytes a parameter (12 with bf16
+// moments); under
 // OptimManager each gradient lives on the device from its reduction to its copy out, so after a step
 // none is left and during one a few are.
 TEST(OffloadedAdamW, DeviceBytesAreTheValuesAndAFewGradientsInFlight) {
-  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
-    // Cached blocks of earlier tests could serve a request with a larger block (best fit).
-    bmt::CachingAllocator::instance().release_cached();
-    const auto before = bmt::memory_stats().allocated_bytes;
-    Model model(dtype, 80000);  // every buffer between 2 KiB and 1 MiB, where the allocator rounds little
-    bmt::init_parameters(model);
-    bmt::optim::AdamWOptions options;
-    options.offload = true;
-    bmt::optim::AdamW adamw(model, options);
-    bmt::optim::MemoryPlan plan;
-    for (auto* s : adamw.storages()) plan.parameters += s->total();  // padding included: it is kept too
-    plan.world_size = bmt::world_size();
-    plan.dtype = dtype;
-    plan.offload = true;
-    const auto expected = bmt::optim::estimate_memory(plan);
-    const double device = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
-    EXPECT_EQ(expected.device_bytes_per_parameter, dtype == bmt::DType::f32 ? 4.0 : 2.0);
-    EXPECT_EQ(expected.host_bytes_per_parameter, 16.0);
-    EXPECT_NEAR(device, expected.device_state, 0.02 * expected.device_state) << bmt::dtype_name(dtype);
-    EXPECT_EQ(static_cast<double>(adamw.host_bytes()), expected.host_state) << bmt::dtype_name(dtype);
-  }
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16})
+    for (bmt::DType moments : {bmt::DType::f32, bmt::DType::bf16}) {
+      const std::string what = std::string(bmt::dtype_name(dtype)) + " values, " + bmt::dtype_name(moments) + " moments";
+      // Cached blocks of earlier tests could serve a request with a larger block (best fit).
+      bmt::CachingAllocator::instance().release_cached();
+      const auto before = bmt::memory_stats().allocated_bytes;
+      Model model(dtype, 80000);  // every buffer between 2 KiB and 1 MiB, where the allocator rounds little
+      bmt::init_parameters(model);
+      bmt::optim::AdamWOptions options;
+      options.offload = true;
+      options.moments = moments;
+      options.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
+      bmt::optim::AdamW adamw(model, options);
+      bmt::optim::MemoryPlan plan;
+      for (auto* s : adamw.storages()) plan.parameters += s->total();  // padding included: it is kept too
+      plan.world_size = bmt::world_size();
+      plan.dtype = dtype;
+      plan.moments = moments;
+      plan.offload = true;
+      const auto expected = bmt::optim::estimate_memory(plan);
+      const double device = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
+      EXPECT_EQ(expected.device_bytes_per_parameter, dtype == bmt::DType::f32 ? 4.0 : 2.0) << what;
+      EXPECT_EQ(expected.forward_device_bytes_per_parameter, expected.device_bytes_per_parameter) << what;
+      EXPECT_EQ(expected.host_bytes_per_parameter, moments == bmt::DType::f32 ? 16.0 : 12.0) << what;
+      EXPECT_NEAR(device, expected.device_state, 0.02 * expected.device_state) << what;
+      EXPECT_EQ(static_cast<double>(adamw.host_bytes()), expected.host_state) << what;
+    }
 
   // 32 blocks of one row (activations smaller than gradients): a backward through OptimManager
   // gives every gradient back, and at one rank its peak is below that of the same backward run

@@ -185,46 +185,105 @@ TEST(AdamW, Bf16ShardIsRoundedFromF32Master) {
   }
 }
 
-// The state's bytes, measured by the allocator, against bmt::optim::estimate_memory: 16 bytes a
-// parameter / N for f32 and bf16 parameters alike (the values are held in f32 and are the master
-// weights), and after a training step the gather and gradient buffers on top.
+// The state's bytes, measured by the allocator, against bmt::optim::estimate_memory for f32 and
+// bf16 parameters and moments: before a backward 12 bytes a parameter / N (8 with bf16 moments: the
+// values are held in f32 and are the master weights, and no gradient shard is there yet), after a
+// backward the f32 gradient shards and the gather and gradient buffers on top, and after the step
+// the gradient shards given back.
 TEST(AdamW, ResidentMemoryIsTheEstimate) {
-  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
-    bmt::gather_ring().clear();
-    bmt::gradient_ring().clear();
-    // Cached blocks of earlier tests could serve a request with a larger block (best fit).
-    bmt::CachingAllocator::instance().release_cached();
-    const auto before = bmt::memory_stats().allocated_bytes;
-    Model model(60000, 4, dtype);
-    bmt::init_parameters(model);
-    bmt::optim::AdamW adamw(model);
-    for (auto* s : adamw.storages()) s->grad_shard();
-    bmt::optim::MemoryPlan plan;
-    for (auto& [n, p] : model.named_parameters()) plan.parameters += p.numel();
-    plan.largest_block = model.blocks[0].storage().total();
-    plan.world_size = bmt::world_size();
-    plan.dtype = dtype;
-    plan.prefetch = 1;
-    const auto expected = bmt::optim::estimate_memory(plan);
-    const double state = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
-    bmt::print_rank(bmt::dtype_name(dtype), ": state ", state / plan.parameters * plan.world_size,
-                    " bytes a parameter x N (estimate ", expected.device_bytes_per_parameter, ")");
-    EXPECT_EQ(expected.device_bytes_per_parameter, 16.0);
-    EXPECT_NEAR(state, expected.device_state, 0.01 * expected.device_state) << bmt::dtype_name(dtype);
+  for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16})
+    for (bmt::DType moments : {bmt::DType::f32, bmt::DType::bf16}) {
+      const std::string what = std::string(bmt::dtype_name(dtype)) + " values, " + bmt::dtype_name(moments) + " moments";
+      bmt::gather_ring().clear();
+      bmt::gradient_ring().clear();
+      // Cached blocks of earlier tests could serve a request with a larger block (best fit).
+      bmt::CachingAllocator::instance().release_cached();
+      const auto before = bmt::memory_stats().allocated_bytes;
+      auto bytes_now = [&] {
+        bmt::context().compute_stream().synchronize();
+        return static_cast<double>(bmt::memory_stats().allocated_bytes - before);
+      };
+      Model model(60000, 4, dtype);
+      bmt::init_parameters(model);
+      bmt::optim::AdamWOptions options;
+      options.moments = moments;
+      options.beta2 = 0.95f;  // bf16 moments take betas up to 0.99
+      bmt::optim::AdamW adamw(model, options);
+      bmt::optim::MemoryPlan plan;
+      for (auto& [n, p] : model.named_parameters()) plan.parameters += p.numel();
+      plan.largest_block = model.blocks[0].storage().total();
+      plan.world_size = bmt::world_size();
+      plan.dtype = dtype;
+      plan.moments = moments;
+      plan.prefetch = 1;
+      const auto expected = bmt::optim::estimate_memory(plan);
+      const double moment_bytes = moments == bmt::DType::f32 ? 8.0 : 4.0;
+      EXPECT_EQ(expected.forward_device_bytes_per_parameter, 4.0 + moment_bytes) << what;
+      EXPECT_EQ(expected.device_bytes_per_parameter, 8.0 + moment_bytes) << what;
+      const double state = bytes_now();
+      bmt::print_rank(what, ": state ", state / plan.parameters * plan.world_size, " bytes a parameter x N (estimate ",
+                      expected.forward_device_bytes_per_parameter, ")");
+      EXPECT_NEAR(state, expected.forward_device_state, 0.01 * expected.forward_device_state) << what;
 
-    {
-      const bmt::Tensor x = bmt::Tensor::from_floats(std::vector<float>(2 * 60000, 0.5f), {2, 60000});
-      bmt::autograd::backward({model.blocks(x, 0.7f)},
-                              {bmt::Tensor::from_floats(std::vector<float>(2 * 60000, 1.0f), {2, 60000})});
+      {
+        const bmt::Tensor x = bmt::Tensor::from_floats(std::vector<float>(2 * 60000, 0.5f), {2, 60000});
+        bmt::autograd::backward({model.blocks(x, 0.7f)},
+                                {bmt::Tensor::from_floats(std::vector<float>(2 * 60000, 1.0f), {2, 60000})});
+      }
+      adamw.settle();
+      for (auto* s : adamw.storages()) s->grad_shard();  // "matrix" is not in this forward: its zeros
+      const double total = expected.device_state + expected.device_buffers;
+      const double after_backward = bytes_now();
+      bmt::print_rank(what, ": after a backward ", after_backward, " bytes (estimate ", total, ")");
+      EXPECT_NEAR(after_backward, total, 0.01 * total) << what;
+
+      adamw.step(0.01f, 1.0f);
+      const double forward = expected.forward_device_state + expected.device_buffers;
+      const double after_step = bytes_now();
+      bmt::print_rank(what, ": after the step ", after_step, " bytes (estimate ", forward, ")");
+      EXPECT_NEAR(after_step, forward, 0.01 * forward) << what;
+      // One rank gathers an f32 block as it is; a bf16 one it rounds into a buffer.
+      EXPECT_EQ(expected.device_buffers > 0, bmt::world_size() > 1 || dtype == bmt::DType::bf16) << what;
     }
-    adamw.step(0.01f, 1.0f);
-    bmt::context().compute_stream().synchronize();
-    const double resident = static_cast<double>(bmt::memory_stats().allocated_bytes - before);
-    bmt::print_rank(bmt::dtype_name(dtype), ": after a step ", resident, " bytes (estimate ",
-                    expected.device_state + expected.device_buffers, ")");
-    const double total = expected.device_state + expected.device_buffers;
-    EXPECT_NEAR(resident, total, 0.01 * total) << bmt::dtype_name(dtype);
-    // One rank gathers an f32 block as it is; a bf16 one it rounds into a buffer.
-    EXPECT_EQ(expected.device_buffers > 0, bmt::world_size() > 1 || dtype == bmt::DType::bf16);
+}
+
+// The bytes a parameter of the estimate, written out for every combination (before / N).
+TEST(MemoryEstimate, BytesAParameterForEveryCombination) {
+  struct Row {
+    bmt::DType dtype, moments;
+    bool offload, accumulates;
+    int world;
+    double forward, peak, host;
+  };
+  using bmt::DType;
+  const Row rows[] = {
+      {DType::bf16, DType::f32, false, false, 1, 12, 16, 0},  {DType::bf16, DType::bf16, false, false, 1, 8, 12, 0},
+      {DType::f32, DType::f32, false, false, 2, 12, 16, 0},   {DType::f32, DType::bf16, false, false, 2, 8, 12, 0},
+      {DType::bf16, DType::f32, false, true, 1, 16, 16, 0},   {DType::bf16, DType::bf16, false, true, 1, 12, 12, 0},
+      {DType::bf16, DType::f32, false, true, 4, 20, 20, 0},   {DType::bf16, DType::bf16, false, true, 4, 16, 16, 0},
+      {DType::bf16, DType::f32, true, false, 4, 2, 2, 16},    {DType::bf16, DType::bf16, true, false, 4, 2, 2, 12},
+      {DType::f32, DType::bf16, true, false, 1, 4, 4, 12},    {DType::bf16, DType::bf16, true, true, 1, 6, 6, 12},
+      {DType::bf16, DType::f32, true, true, 4, 10, 10, 16},   {DType::f16, DType::bf16, true, true, 4, 10, 10, 12},
+  };
+  for (const Row& r : rows) {
+    bmt::optim::MemoryPlan plan;
+    plan.parameters = 1000;
+    plan.world_size = r.world;
+    plan.dtype = r.dtype;
+    plan.moments = r.moments;
+    plan.offload = r.offload;
+    plan.accumulates = r.accumulates;
+    const auto e = bmt::optim::estimate_memory(plan);
+    const std::string what = std::string(bmt::dtype_name(r.dtype)) + " values, " + bmt::dtype_name(r.moments) +
+                             " moments, offload " + std::to_string(r.offload) + ", accumulates " +
+                             std::to_string(r.accumulates) + ", " + std::to_string(r.world) + " ranks";
+    EXPECT_EQ(e.forward_device_bytes_per_parameter, r.forward) << what;
+    EXPECT_EQ(e.device_bytes_per_parameter, r.peak) << what;
+    EXPECT_EQ(e.host_bytes_per_parameter, r.host) << what;
+    EXPECT_EQ(e.forward_device_state, r.forward * 1000 / r.world) << what;
+    EXPECT_EQ(e.device_state, r.peak * 1000 / r.world) << what;
   }
+  bmt::optim::MemoryPlan f16_moments;
+  f16_moments.moments = DType::f16;
+  EXPECT_THROW(bmt::optim::estimate_memory(f16_moments), bmt::Error);
 }

@@ -81,5 +81,47 @@ TEST(CachingAllocator, AFreedBlockIsHandedOutAgain) {
   EXPECT_GE(after.peak_allocated_bytes, before.allocated_bytes + bytes);
 }
 
+// A large cached block serves smaller large requests from its parts, and the parts freed join
+// again: the whole serves a request of its size with nothing new from the system, and is given back
+// to the system whole.
+TEST(CachingAllocator, ALargeBlockIsSplitAndItsFreedPartsJoin) {
+  CachingAllocator& allocator = CachingAllocator::instance();
+  allocator.release_cached();
+  const std::int64_t mib = (std::int64_t{1} << 20) / 4;  // f32 elements in 1 MiB
+  const MemoryStats start = allocator.stats();
+  void* whole = nullptr;
+  { const Tensor a = Tensor::empty({24 * mib}); whole = a.data(); }  // a 24 MiB system allocation, cached
+  const MemoryStats cached = allocator.stats();
+  EXPECT_EQ(cached.system_allocations, start.system_allocations + 1);
+  {
+    const Tensor x = Tensor::empty({8 * mib});  // 8 MiB: the first part of the 24 MiB block
+    const Tensor y = Tensor::empty({10 * mib});  // 10 MiB of the 16 MiB left
+    const Tensor z = Tensor::empty({6 * mib});   // the 6 MiB left, whole
+    EXPECT_EQ(x.data(), whole);
+    EXPECT_EQ(static_cast<const char*>(y.data()), static_cast<const char*>(whole) + (8 << 20));
+    EXPECT_EQ(static_cast<const char*>(z.data()), static_cast<const char*>(whole) + (18 << 20));
+    EXPECT_EQ(allocator.stats().system_allocations, cached.system_allocations);
+    EXPECT_EQ(allocator.stats().allocated_bytes, start.allocated_bytes + (24u << 20));
+    EXPECT_EQ(allocator.stats().reserved_bytes, cached.reserved_bytes);
+    // A small request does not take a part of a large block.
+    const Tensor small = Tensor::empty({1000});
+    EXPECT_EQ(allocator.stats().system_allocations, cached.system_allocations + 1);
+  }
+  {
+    const Tensor again = Tensor::empty({24 * mib});  // the parts joined: the whole block again
+    EXPECT_EQ(again.data(), whole);
+    EXPECT_EQ(allocator.stats().system_allocations, cached.system_allocations + 1);
+  }
+  {
+    const Tensor part = Tensor::empty({4 * mib});  // a part in use keeps its system allocation
+    allocator.release_cached();
+    EXPECT_EQ(part.data(), whole);
+    EXPECT_EQ(allocator.stats().reserved_bytes, start.reserved_bytes + (24u << 20));
+  }
+  allocator.release_cached();
+  EXPECT_EQ(allocator.stats().reserved_bytes, start.reserved_bytes);
+  EXPECT_EQ(allocator.stats().allocated_bytes, start.allocated_bytes);
+}
+
 }  // namespace
 }  // namespace bmt

@@ -35,10 +35,13 @@ LoadReport load(Module& model, const std::string& path, bool strict = true,
 
 namespace io {
 
-// Collective. The optimizer's per-parameter state (f32 master weights, moments, ...).
+// Collective. The optimizer's per-parameter state (f32 master weights, moments, ...), each tensor
+// in the dtype the optimizer holds it in (AdamW's bf16 moments as bf16).
 void save_optimizer(const optim::Optimizer& optimizer, const std::string& path);
 // Collective. Strict: every state tensor must be present with the right shape, and the step
-// count in the metadata a whole number (optimizer_step).
+// count in the metadata a whole number (optimizer_step). A state saved in another floating dtype
+// than the optimizer holds is converted: widened exactly, or rounded to nearest even (f32 moments
+// into an AdamW with bf16 moments), so a run may resume with its moments' dtype changed.
 void load_optimizer(optim::Optimizer& optimizer, const std::string& path);
 // The optimizer's step count in a file's metadata ("step": the updates it has applied), or
 // nullopt when there is none; throws bmt::Error naming `path` unless it is a whole number in

@@ -1,14 +1,21 @@
 #pragma once
 // AdamW (decoupled weight decay) as one fused kernel per range of each shard: reads the f32
-// gradient, updates f32 moments and master weights. The storages hold their values in f32
+// gradient, updates the moments and the f32 master weights. The storages hold their values in f32
 // (ShardedStorage::hold_values_in_f32): the master weights are the shard, and gathers round them to
-// the parameters' dtype, so a parameter costs 16 bytes (4 master, 4 gradient, 8 moments) / N.
+// the parameters' dtype. The moments are f32, or bf16 with `moments = DType::bf16`: read into f32,
+// updated in f32 and rounded to nearest even when stored; the master weights and all of the
+// update's arithmetic stay f32. A parameter costs, / N, 4 master + 8 moments (4 in bf16) and, from
+// the backward that makes its gradient to the step that consumes it, 4 for the f32 gradient shard
+// (step() gives the shards back: optimizer.hpp).
 //
 // With `offload`, master weights and moments live in host memory and a pool of host threads updates
 // them, storage by storage as the gradients arrive (lib/optim/offloaded_adamw.hpp says how the
 // copies and updates overlap the step): the device holds the values in the parameters' dtype, 2
 // bytes a parameter for bf16 (/ N), and each gradient shard only from its reduction to its copy
-// out; the host 16.
+// out; the host 16 (12 with bf16 moments).
+//
+// Checkpoints (io::save_optimizer) hold the moments in their own dtype; loading converts: bf16
+// moments widen exactly into f32 ones, and f32 moments load into bf16 ones rounded to nearest even.
 #include <memory>
 
 #include "bmtrain/optim/optimizer.hpp"
@@ -18,6 +25,11 @@ namespace bmt::optim {
 namespace detail {
 class OffloadedAdamW;
 }
+
+// The largest beta bf16 moments take: their rounding to nearest loses a decay of less than
+// (1 - beta) = 1% a step (a bf16 step is 2^-9 to 2^-8 of the value), so that a second moment
+// with beta2 = 0.999 could only rise.
+constexpr float kMaxBf16MomentBeta = 0.99f;
 
 struct AdamWOptions {
   float beta1 = 0.9f;
@@ -33,6 +45,9 @@ struct AdamWOptions {
   bool delayed_update = false;
   // With offload: host threads for the update; 0: bmt::host_threads() (this rank's share of cores).
   int host_threads = 0;
+  // The moments' dtype: f32, or bf16 (2 bytes each a parameter instead of 4), which needs betas
+  // of at most kMaxBf16MomentBeta (bmt-train's 0.9 and 0.95 are; the default beta2 0.999 is not).
+  DType moments = DType::f32;
   bool (*decay)(const std::string&, const Shape&) = decay_matrices;
   float lr = 1e-3f;  // the learning rate when no LRScheduler is given to OptimManager::add_optimizer
 };
@@ -58,7 +73,7 @@ class AdamW final : public Optimizer {
 
  private:
   struct State {
-    Tensor exp_avg, exp_avg_sq;
+    Tensor exp_avg, exp_avg_sq;  // in options_.moments
   };
   void step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2);
   AdamWOptions options_;

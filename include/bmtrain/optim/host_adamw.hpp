@@ -13,12 +13,13 @@ struct HostAdamWStep {
   float lr, grad_scale, beta1, beta2, eps, bias1, bias2, weight_decay;
 };
 
-// For i in [0, n): reads g[i] (f32 gradient), updates m[i], v[i] (moments) and w[i] (master
+// For i in [0, n): reads g[i] (f32 gradient), updates m[i], v[i] (moments, of dtype `moments`:
+// f32, or bf16, widened for the update and rounded to nearest even when stored) and w[i] (master
 // weights), and writes w[i] in `out_dtype` (f32, bf16 or f16) to out[i]. `out` may be the same
 // address as `g` (the values go back in the gradient's buffer, over gradients already read);
 // otherwise the arrays must not overlap.
-void host_adamw_update(const float* g, float* w, float* m, float* v, void* out, DType out_dtype, std::int64_t n,
-                       const HostAdamWStep& step);
+void host_adamw_update(const float* g, float* w, void* m, void* v, DType moments, void* out, DType out_dtype,
+                       std::int64_t n, const HostAdamWStep& step);
 
 // For i in [0, n): writes w[i] in `out_dtype` to out[i] (what host_adamw_update writes for elements
 // it does not update). `out` must not overlap `w`.

@@ -31,7 +31,8 @@ class Optimizer {
 
   // One update with learning rate `lr`, each gradient multiplied by `scale` first. The step count
   // advances either way; a step found skipped afterwards (a device scale marking non-finite
-  // gradients) is taken back with set_step_count.
+  // gradients) is taken back with set_step_count. The step consumes the gradients: their shards go
+  // back to the allocator (release_gradients) and read as zeros until the next backward writes them.
   virtual void step(float lr, const GradScale& scale) = 0;
   void step(float lr, float grad_scale) { step(lr, GradScale{grad_scale, Tensor()}); }
   virtual std::string name() const = 0;
@@ -78,6 +79,10 @@ class Optimizer {
  protected:
   // Index of `s` in storages(); throws if this optimizer does not update it.
   std::size_t index_of(const ShardedStorage& s) const;
+  // Gives every gradient shard back to the allocator once the work queued on the compute stream (an
+  // update reading them) is done: the forward that follows a step then holds no gradients, which
+  // are made again as the next backward's reductions arrive (4 bytes a parameter / N fewer).
+  void release_gradients();
   // Splits each shard into ranges of trainable parameters; decay(name, shape) says whether a
   // parameter gets weight decay.
   void plan_ranges(float weight_decay, bool (*decay)(const std::string&, const Shape&));

@@ -1,7 +1,11 @@
 #pragma once
 // A caching allocator for tensor storage in the Kokkos memory space (device memory on the CUDA
 // build, host memory otherwise). Freed blocks are kept and handed out again for requests of a
-// similar size, so that a training step allocates nothing new from the system after warm-up.
+// similar size, so that a training step allocates nothing new from the system after warm-up. A
+// request of 1 MiB or more may take the first part of a larger cached block, and a freed block
+// joins the free blocks beside it in its system allocation, so that memory held by tensors of one
+// size in one phase of a step (a forward's activations) serves tensors of another in the next (the
+// gradient shards a backward makes).
 //
 // Reuse is ordered by the compute stream: a block freed by the host while kernels on the compute
 // stream still use it is only handed out to later work on that same stream. Memory used by another
@@ -26,7 +30,7 @@ class CachingAllocator {
   void deallocate(void* ptr);
   MemoryStats stats() const;
   void reset_peak();
-  // Returns every cached (unused) block to the system.
+  // Returns to the system every system allocation that is wholly cached (unused).
   void release_cached();
 
   // The allocator for the Kokkos default memory space.

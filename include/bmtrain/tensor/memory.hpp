@@ -24,6 +24,12 @@ void set_zero(void* dst, std::size_t bytes);
 // Host memory that asynchronous copies can use (page-locked on the CUDA build).
 void* pinned_allocate(std::size_t bytes);
 void pinned_free(void* ptr);
+// Page-locks host memory the caller allocated (page-aligned), in place, for every device's copies
+// alike, so that asynchronous copies can use it as pinned_allocate's: memory touched by several
+// threads first and locked afterwards is ready sooner than pinned_allocate's, which one thread
+// touches. May be called from any thread. False when the system refuses. unpin before freeing.
+bool pin(void* ptr, std::size_t bytes);
+void unpin(void* ptr);
 // Copies queued on `stream` (host memory must come from pinned_allocate); record an event on the
 // stream to know when they are done.
 void copy_to_host_async(void* host_dst, const void* src, std::size_t bytes, Stream& stream);

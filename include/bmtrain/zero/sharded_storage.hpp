@@ -130,9 +130,11 @@ class ShardedStorage {
   // zeros for parts no gradient reached).
   Event gradient_ready();
   // Gives the gradient shard's memory back once `after` (its last reader outside the compute
-  // stream's order: an offloaded optimizer's copy to the host) is done; the next gradient written
-  // or read gets a new shard. The compute stream waits for `after` here, which orders the
-  // allocator's reuse of the memory after that read.
+  // stream's order, if any: an offloaded optimizer's copy to the host) is done; the next gradient
+  // written or read gets a new shard, which stands for zeros as after zero_grad. The compute stream
+  // waits for `after` here, which orders the allocator's reuse of the memory after that read.
+  // Optimizers give every shard back once their step has consumed it (Optimizer::release_gradients),
+  // so that the forward runs without them.
   void release_gradient(const Event& after);
   // Counts the changes to the gradient shard (a reduction, a backward writing it, zero_grad): a
   // copy taken at one version is out of date at another.
@@ -148,7 +150,8 @@ class ShardedStorage {
   Slice local_slice(const Entry& e) const;
 
  private:
-  const Tensor& grad_shard_holder();  // grad_shard_ as it is, allocated (zeros) on first use
+  // grad_shard_ as it is; allocated on first use, standing for zeros (stale, or its parts unwritten)
+  const Tensor& grad_shard_holder();
   // grad_shard_holder() for the compute stream to write: it waits for gradient_read() first.
   const Tensor& writable_grad_shard();
   Tensor grad_part(const Tensor& full_grad, const Entry& e) const;
