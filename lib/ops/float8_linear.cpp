@@ -3,7 +3,8 @@
 // from the quantizing pass, which writes a tensor's codes row-major, transposed or both: x and W
 // row-major for y = x W^T; dy row-major and W transposed ([in, out]) for dx = dy W; dy and x
 // transposed ([out, rows], [in, rows]) for dW = dy^T x. Forward keeps only what backward reads:
-// x's transposed codes (1 byte an element) and W's, with their scales.
+// x's transposed codes (1 byte an element) and W's, with their scales (and the row-major codes
+// until the forward GEMM has run, which under outputs on demand may be later, or never).
 #include "bmtrain/ops/float8_linear.hpp"
 
 #include "bmtrain/autograd/function.hpp"
@@ -38,11 +39,14 @@ void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   kernels::gemm_float8(p);
 }
 
-class Float8Linear final : public autograd::Function {
+// A DeferrableFunction: prepare quantizes (backward needs the transposed codes), write runs the
+// forward GEMM, so that in a block's recompute a product whose output nobody reads is never made.
+class Float8Linear final : public autograd::DeferrableFunction {
  public:
   std::string name() const override { return "float8_linear"; }
+  bool prepare_queues_work() const override { return true; }
 
-  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
     const Tensor &x = in[0], &w = in[1], &bias = in[2];
     BMT_REQUIRE(x.defined() && w.defined() && is_floating(x.dtype()) && x.dtype() == w.dtype(),
                 "float8_linear: expected input and weight of one floating dtype, found "
@@ -63,13 +67,8 @@ class Float8Linear final : public autograd::Function {
     for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows_ *= x.shape()[d];
     Shape y_shape = x.shape();
     y_shape.back() = out_;
-    Tensor y = Tensor::empty(y_shape, x.dtype());
-    if (y.numel() == 0) return {y};
-    if (in_ == 0) {  // an empty sum: y is the bias on every row
-      y.zero_();
-      if (bias.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, contiguous(bias)));
-      return {y};
-    }
+    const Tensor y = Tensor::empty(y_shape, x.dtype());
+    if (y.numel() == 0 || in_ == 0) return {y};
     const bool keep = is_recording();
     const Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
     // Backward reads x transposed (for dW) and W transposed (for dx), and only those. (The graph's
@@ -78,15 +77,27 @@ class Float8Linear final : public autograd::Function {
                                                               keep && w.requires_grad());
     const kernels::Float8Matrix qw = kernels::quantize_float8(wc, in_, kernels::abs_max(wc), DType::f8e4m3, true,
                                                               keep && x.requires_grad());
-    float8_product(qx.codes, qx.scale_inv, qw.codes, qw.scale_inv, y.view({rows_, out_}), false);
-    if (bias.defined()) y = kernels::binary(kernels::BinaryOp::add, y, contiguous(bias));
+    x_codes_ = qx.codes;
+    w_codes_ = qw.codes;
+    x_scale_inv_ = qx.scale_inv;
+    w_scale_inv_ = qw.scale_inv;
     if (keep) {
       x_t_ = qx.transposed;
-      x_scale_inv_ = qx.scale_inv;
       w_t_ = qw.transposed;
-      w_scale_inv_ = qw.scale_inv;
     }
     return {y};
+  }
+
+  void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
+    const Tensor& y = out[0];
+    if (y.numel() == 0) return;
+    if (in_ == 0) {  // an empty sum: y is the bias on every row
+      y.zero_();
+    } else {
+      float8_product(x_codes_, x_scale_inv_, w_codes_, w_scale_inv_, y.view({rows_, out_}), false);
+      x_codes_ = w_codes_ = Tensor();  // the forward's codes are done with
+    }
+    if (in[2].defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, contiguous(in[2])));
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
@@ -127,13 +138,14 @@ class Float8Linear final : public autograd::Function {
     return {dx, dw, db};
   }
 
-  void release_saved() override { x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor(); }
+  void release_saved() override { x_codes_ = w_codes_ = x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor(); }
 
  private:
   Shape x_shape_;
   std::int64_t in_ = 0, out_ = 0, rows_ = 0;
-  Tensor x_t_, x_scale_inv_;  // x's e4m3 codes transposed, [in, rows]
-  Tensor w_t_, w_scale_inv_;  // W's e4m3 codes transposed, [in, out]
+  Tensor x_codes_, w_codes_;  // the forward's e4m3 codes, [rows, in] and [out, in], until write
+  Tensor x_t_, x_scale_inv_;  // x's codes transposed, [in, rows], and their 1 / scale
+  Tensor w_t_, w_scale_inv_;  // W's codes transposed, [in, out]
 };
 
 }  // namespace

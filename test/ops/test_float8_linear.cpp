@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "bmtrain/kernels/basic.hpp"
@@ -296,6 +297,32 @@ TEST(Float8Linear, GradientsAddToThoseAlreadyThere) {
   const auto once = run(1), twice = run(2);
   for (std::size_t i = 0; i < once.first.size(); ++i) EXPECT_NEAR(twice.first[i], 2 * once.first[i], 1e-5) << i;
   for (std::size_t i = 0; i < once.second.size(); ++i) EXPECT_NEAR(twice.second[i], 2 * once.second[i], 1e-5) << i;
+}
+
+// Under outputs on demand (a block's recompute) the forward GEMM runs when y is first used, with
+// the codes prepare made: the same y; and backward gives the same gradients whether y is ever read.
+TEST(Float8Linear, OutputsOnDemandGiveTheSameValuesAndGradients) {
+  const auto xv = random_floats(16 * 32, 91), wv = random_floats(24 * 32, 92), bv = random_floats(24, 93);
+  const auto gv = random_floats(16 * 24, 94);
+  const auto run = [&](bool on_demand, bool read_y) {
+    Tensor x = Tensor::from_floats(xv, {16, 32}).set_requires_grad(true);
+    Tensor w = Tensor::from_floats(wv, {24, 32}).set_requires_grad(true);
+    Tensor b = Tensor::from_floats(bv, {24}).set_requires_grad(true);
+    Tensor y;
+    {
+      std::optional<autograd::OutputsOnDemandGuard> guard;
+      if (on_demand) guard.emplace();
+      y = float8_linear(x, w, b);
+    }
+    std::vector<float> values;
+    if (read_y) values = y.to_host_floats();
+    y.backward(Tensor::from_floats(gv, {16, 24}));
+    return std::vector<std::vector<float>>{values, x.grad().to_host_floats(), w.grad().to_host_floats(),
+                                           b.grad().to_host_floats()};
+  };
+  const auto plain = run(false, true), read = run(true, true), unread = run(true, false);
+  EXPECT_EQ(read, plain);
+  for (std::size_t i = 1; i < plain.size(); ++i) EXPECT_EQ(unread[i], plain[i]) << "gradient " << i;
 }
 
 TEST(Float8Linear, EmptyShapesAndMisuse) {
