@@ -13,9 +13,10 @@
 // FP8 products (gemm_float8) are cuBLASLt's FP8 matmul: e4m3/e5m2 operands with the reduced
 // dimension contiguous in both (in cuBLASLt's column-major terms its first operand transposed,
 // its second not: "TN", the only FP8 layout on Hopper), each dequantized by its scale pointer,
-// f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off (every partial sum is
-// promoted to f32), as the gradients' products need it. Problems it has no kernel for (k not a
-// multiple of 16, rows of C or operands not 16-byte aligned) take the widened f32 product.
+// f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off: the tensor cores' partial
+// sums are then promoted to f32 as the product goes along the reduced dimension, rather than kept
+// at their own precision to the end. Problems it has no kernel for (k not a multiple of 16, rows of
+// C or operands not 16-byte aligned, a device without FP8) take the widened f32 product.
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (slower at some of
@@ -79,7 +80,6 @@ struct PlanKey {
   bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 static_assert(sizeof(PlanKey) == 24 * sizeof(std::int64_t), "PlanKey must have no padding");
-
 
 // Everything that selects an FP8 plan; all 64-bit, so it compares and hashes as bytes.
 struct Float8Key {
