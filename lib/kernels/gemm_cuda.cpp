@@ -83,12 +83,12 @@ static_assert(sizeof(PlanKey) == 24 * sizeof(std::int64_t), "PlanKey must have n
 
 // Everything that selects an FP8 plan; all 64-bit, so it compares and hashes as bytes.
 struct Float8Key {
-  std::int64_t m, n, k, ldc, a_dtype, b_dtype, c_dtype, accumulate;
-  std::int64_t align_a, align_b, align_c;
+  std::int64_t m, n, k, ldc, a_dtype, b_dtype, c_dtype, accumulate, bias;
+  std::int64_t align_a, align_b, align_c, align_bias;
 
   bool operator==(const Float8Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(Float8Key) == 11 * sizeof(std::int64_t), "Float8Key must have no padding");
+static_assert(sizeof(Float8Key) == 13 * sizeof(std::int64_t), "Float8Key must have no padding");
 
 template <class Key>
 struct BytesHash {
@@ -176,9 +176,11 @@ class LtSession {
     key.b_dtype = static_cast<std::int64_t>(p.b_dtype);
     key.c_dtype = static_cast<std::int64_t>(p.c_dtype);
     key.accumulate = p.accumulate;
+    key.bias = p.bias != nullptr;
     key.align_a = alignment(p.a);
     key.align_b = alignment(p.b);
     key.align_c = alignment(p.c);
+    key.align_bias = p.bias ? alignment(p.bias) : 0;
     std::unique_lock<std::mutex> lock(mutex_);  // held through the call: the scale pointers are set on the plan
     auto it = float8_plans_.find(key);
     if (it == float8_plans_.end()) {
@@ -196,6 +198,9 @@ class LtSession {
                                                     sizeof p.b_scale));
     BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.a_scale,
                                                     sizeof p.a_scale));
+    if (p.bias)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                      sizeof p.bias));
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
     BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c,
                                     plan->out, p.c, plan->out, &plan->algo, workspace_, kWorkspaceBytes,
@@ -326,7 +331,8 @@ class LtSession {
   // row-major [n, k] (our B, cuBLASLt's A, transposed) and [m, k] (our A, cuBLASLt's B).
   std::unique_ptr<Plan> make_float8_plan(const Float8Key& key) {
     const std::int64_t c_bytes = static_cast<std::int64_t>(dtype_size(static_cast<DType>(key.c_dtype)));
-    if (key.k % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0)
+    if (key.k % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0 ||
+        (key.bias && key.align_bias < 16))
       return nullptr;
     auto plan = std::make_unique<Plan>();
     BMT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -338,6 +344,12 @@ class LtSession {
     const std::int8_t fast_accumulation = 0;
     BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
                                                     sizeof fast_accumulation));
+    if (key.bias) {  // along each row-major row of C, in C's dtype (bf16/f16)
+      const cudaDataType_t bias_type = cuda_type(static_cast<DType>(key.c_dtype));
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof bias_type));
+      set_epilogue(*plan, CUBLASLT_EPILOGUE_BIAS);
+    }
     plan->first = make_layout(cuda_type(static_cast<DType>(key.b_dtype)), key.n, key.k, key.k, 1, 0);
     plan->second = make_layout(cuda_type(static_cast<DType>(key.a_dtype)), key.m, key.k, key.k, 1, 0);
     plan->out = make_layout(cuda_type(static_cast<DType>(key.c_dtype)), key.m, key.n, key.ldc, 1, 0);

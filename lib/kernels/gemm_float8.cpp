@@ -26,17 +26,20 @@ Tensor widen(const void* codes, DType format, std::int64_t rows, std::int64_t co
   return out;
 }
 
-// C = a_scale * b_scale * sum (+ C), rounded to C's dtype.
+// C = a_scale * b_scale * sum (+ C) (+ bias), rounded to C's dtype.
 template <class C>
 void scale_kernel(const Float8GemmParams& p, const float* sum) {
   C* c = static_cast<C*>(p.c);
+  const C* bias = static_cast<const C*>(p.bias);
   const float *sa = p.a_scale, *sb = p.b_scale;
   const std::int64_t n = p.n, ldc = p.ldc;
   const bool accumulate = p.accumulate;
   Kokkos::parallel_for("bmt::gemm_float8_scale", flat_range(p.m * n), KOKKOS_LAMBDA(std::int64_t i) {
     const std::int64_t at = (i / n) * ldc + i % n;
-    const float v = sa[0] * sb[0] * sum[i];
-    c[at] = from_f32<C>(accumulate ? to_f32(c[at]) + v : v);
+    float v = sa[0] * sb[0] * sum[i];
+    if (accumulate) v += to_f32(c[at]);
+    if (bias) v += to_f32(bias[i % n]);
+    c[at] = from_f32<C>(v);
   });
 }
 
@@ -54,6 +57,8 @@ void check_gemm_float8(const Float8GemmParams& p) {
               "gemm_float8: expected positive sizes, found m=" << p.m << " n=" << p.n << " k=" << p.k);
   BMT_REQUIRE(p.a && p.b && p.c && p.a_scale && p.b_scale, "gemm_float8: expected non-null A, B, C and scales");
   BMT_REQUIRE(p.ldc >= p.n, "gemm_float8: expected ldc >= " << p.n << ", found " << p.ldc);
+  BMT_REQUIRE(!p.bias || p.c_dtype != DType::f32,
+              "gemm_float8: expected a bias with a bf16 or f16 C (in C's dtype), found one with an f32 C");
   constexpr std::int64_t kIntMax = 2147483647;
   BMT_REQUIRE(std::max({p.m, p.n, p.k, p.ldc}) <= kIntMax,
               "gemm_float8: expected sizes below 2^31, found m=" << p.m << " n=" << p.n << " k=" << p.k);

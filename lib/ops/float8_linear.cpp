@@ -19,9 +19,9 @@ namespace bmt {
 
 namespace {
 
-// out ([m, n], leading dimension n) = A B^T with A [m, k] and B [n, k] in float8.
+// out ([m, n], leading dimension n) = A B^T (+ out) (+ bias) with A [m, k] and B [n, k] in float8.
 void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                    const Tensor& out, bool accumulate) {
+                    const Tensor& out, bool accumulate, const void* bias = nullptr) {
   kernels::Float8GemmParams p;
   p.m = a.size(0);
   p.k = a.size(1);
@@ -36,6 +36,7 @@ void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   p.c_dtype = out.dtype();
   p.ldc = p.n;
   p.accumulate = accumulate;
+  p.bias = bias;
   kernels::gemm_float8(p);
 }
 
@@ -91,13 +92,18 @@ class Float8Linear final : public autograd::DeferrableFunction {
   void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
     const Tensor& y = out[0];
     if (y.numel() == 0) return;
+    const Tensor bias = in[2].defined() ? contiguous(in[2]) : Tensor();
     if (in_ == 0) {  // an empty sum: y is the bias on every row
       y.zero_();
-    } else {
-      float8_product(x_codes_, x_scale_inv_, w_codes_, w_scale_inv_, y.view({rows_, out_}), false);
-      x_codes_ = w_codes_ = Tensor();  // the forward's codes are done with
+      if (bias.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, bias));
+      return;
     }
-    if (in[2].defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, contiguous(in[2])));
+    // An f32 y takes its bias in a pass of its own (the FP8 GEMM's bias is bf16/f16 only).
+    const bool bias_in_gemm = bias.defined() && y.dtype() != DType::f32;
+    float8_product(x_codes_, x_scale_inv_, w_codes_, w_scale_inv_, y.view({rows_, out_}), false,
+                   bias_in_gemm ? bias.data() : nullptr);
+    x_codes_ = w_codes_ = Tensor();  // the forward's codes are done with
+    if (bias.defined() && !bias_in_gemm) y.copy_(kernels::binary(kernels::BinaryOp::add, y, bias));
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {

@@ -134,17 +134,19 @@ TEST(Float8Scaling, CastsToAndFromFloat8) {
 }
 
 // The FP8 GEMM against the double product of the decoded codes times the scales: products are
-// exact in f32, so only the sums (kAccumulation) and C's rounding differ. Accumulation into C, both operand mixes, bf16/f32 C, and a k that is not a multiple of 16.
+// exact in f32, so only the sums (kAccumulation) and C's rounding differ. Accumulation into C, a
+// bias, both operand mixes, bf16/f32/f16 C, and a k that is not a multiple of 16.
 TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
   struct Case {
     std::int64_t m, n, k;
     DType a, b, c;
-    bool accumulate;
+    bool accumulate, bias;
   };
-  const Case cases[] = {{16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false},
-                        {33, 17, 64, DType::f8e5m2, DType::f8e4m3, DType::f32, true},
-                        {8, 24, 19, DType::f8e4m3, DType::f8e5m2, DType::f32, false},
-                        {5, 3, 7, DType::f8e4m3, DType::f8e4m3, DType::f16, true}};
+  const Case cases[] = {{16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, false},
+                        {16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, true},
+                        {33, 17, 64, DType::f8e5m2, DType::f8e4m3, DType::f32, true, false},
+                        {8, 24, 19, DType::f8e4m3, DType::f8e5m2, DType::f32, false, false},
+                        {5, 3, 7, DType::f8e4m3, DType::f8e4m3, DType::f16, true, true}};
   std::uint32_t seed = 40;
   for (const auto& c : cases) {
     const auto& fa = c.a == DType::f8e4m3 ? kE4M3 : kE5M2;
@@ -164,14 +166,19 @@ TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
     p.a = qa_t.codes.data(), p.a_dtype = c.a, p.a_scale = qa_t.scale_inv.data_as<float>();
     p.b = qb_t.codes.data(), p.b_dtype = c.b, p.b_scale = qb_t.scale_inv.data_as<float>();
     p.c = out.data(), p.c_dtype = c.c, p.ldc = c.n, p.accumulate = c.accumulate;
+    const auto bias_values = rounded(random_floats(c.n, seed++), c.c);
+    const Tensor bias = Tensor::from_floats(bias_values, {c.n}, c.c);
+    if (c.bias) p.bias = bias.data();
     kernels::gemm_float8(p);
     std::vector<double> want, abs_sum;
     abt_reference(qa.values, qb.values, c.m, c.k, c.n, &want, &abs_sum);
     const double unit = c.c == DType::bf16 ? 0x1p-8 : c.c == DType::f16 ? 0x1p-11 : 0x1p-24;
     const auto got = out.to_host_floats();
     for (std::size_t i = 0; i < got.size(); ++i) {
-      const double w = want[i] + (c.accumulate ? c0[i] : 0.0);
-      const double tol = kAccumulation * (abs_sum[i] + std::fabs(w)) + unit * std::fabs(w) + 1e-30;
+      const double b = c.bias ? bias_values[i % static_cast<std::size_t>(c.n)] : 0.0;
+      const double w = want[i] + (c.accumulate ? c0[i] : 0.0) + b;
+      // cuBLASLt's bias epilogue may round the product before adding the bias: a second rounding.
+      const double tol = kAccumulation * (abs_sum[i] + std::fabs(w)) + unit * (std::fabs(w) + std::fabs(w - b)) + 1e-30;
       ASSERT_NEAR(got[i], w, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << " element " << i;
     }
   }
@@ -180,6 +187,16 @@ TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
   both_e5m2.a_dtype = both_e5m2.b_dtype = DType::f8e5m2;
   EXPECT_THAT([&] { kernels::gemm_float8(both_e5m2); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("at most one f8e5m2 operand")));
+  kernels::Float8GemmParams f32_bias = both_e5m2;
+  f32_bias.b_dtype = DType::f8e4m3;
+  f32_bias.c_dtype = DType::f32;
+  const float one = 1.0f;
+  f32_bias.a = f32_bias.b = f32_bias.bias = &one;
+  f32_bias.c = &f32_bias;
+  f32_bias.a_scale = f32_bias.b_scale = &one;
+  f32_bias.ldc = 16;
+  EXPECT_THAT([&] { kernels::gemm_float8(f32_bias); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a bias with a bf16 or f16 C")));
 }
 
 // float8_linear's forward and both gradients:

@@ -13,7 +13,8 @@
 // Each tensor is scaled by 448 or 57344 over its own absolute maximum, computed from the current
 // values (not a history), so nothing is carried between steps. The products sum in f32; y and dx
 // are in x's dtype, and dW goes, in f32, straight into the weight's gradient buffer when it has
-// one (a ZeRO block's, as linear does). The bias, if any, is added to y in a pass of its own and
+// one (a ZeRO block's, as linear does). The bias, if any, is added by the forward GEMM (for bf16
+// and f16; on CUDA cuBLASLt's bias epilogue, which may round the product before adding it) and
 // its gradient is the column sums of dy in full precision.
 //
 // The host build computes the same codes and scales and multiplies them exactly widened to f32,
