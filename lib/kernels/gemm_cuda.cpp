@@ -170,24 +170,8 @@ class LtSession {
   }
 
   void run_float8(const Float8GemmParams& p) {
-    Float8Key key{};
-    key.m = p.m, key.n = p.n, key.k = p.k, key.ldc = p.ldc;
-    key.a_dtype = static_cast<std::int64_t>(p.a_dtype);
-    key.b_dtype = static_cast<std::int64_t>(p.b_dtype);
-    key.c_dtype = static_cast<std::int64_t>(p.c_dtype);
-    key.accumulate = p.accumulate;
-    key.bias = p.bias != nullptr;
-    key.align_a = alignment(p.a);
-    key.align_b = alignment(p.b);
-    key.align_c = alignment(p.c);
-    key.align_bias = p.bias ? alignment(p.bias) : 0;
     std::unique_lock<std::mutex> lock(mutex_);  // held through the call: the scale pointers are set on the plan
-    auto it = float8_plans_.find(key);
-    if (it == float8_plans_.end()) {
-      if (float8_plans_.size() >= kMaxPlans) float8_plans_.clear();
-      it = float8_plans_.emplace(key, make_float8_plan(key)).first;
-    }
-    Plan* plan = it->second.get();
+    Plan* plan = float8_plan_for(p);
     if (!plan) {
       lock.unlock();
       gemm_float8_widened(p);
@@ -205,6 +189,11 @@ class LtSession {
     BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c,
                                     plan->out, p.c, plan->out, &plan->algo, workspace_, kWorkspaceBytes,
                                     context().compute_stream().native()));
+  }
+
+  bool float8_on_tensor_cores(const Float8GemmParams& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return float8_plan_for(p) != nullptr;
   }
 
   bool gelu_in_epilogue(const GemmParams& p) {
@@ -325,6 +314,28 @@ class LtSession {
   static void set_epilogue(Plan& plan, cublasLtEpilogue_t epilogue) {
     BMT_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  }
+
+  // The cached FP8 plan for p's problem, made on first use, or null where cuBLASLt has none; the
+  // caller holds mutex_.
+  Plan* float8_plan_for(const Float8GemmParams& p) {
+    Float8Key key{};
+    key.m = p.m, key.n = p.n, key.k = p.k, key.ldc = p.ldc;
+    key.a_dtype = static_cast<std::int64_t>(p.a_dtype);
+    key.b_dtype = static_cast<std::int64_t>(p.b_dtype);
+    key.c_dtype = static_cast<std::int64_t>(p.c_dtype);
+    key.accumulate = p.accumulate;
+    key.bias = p.bias != nullptr;
+    key.align_a = alignment(p.a);
+    key.align_b = alignment(p.b);
+    key.align_c = alignment(p.c);
+    key.align_bias = p.bias ? alignment(p.bias) : 0;
+    auto it = float8_plans_.find(key);
+    if (it == float8_plans_.end()) {
+      if (float8_plans_.size() >= kMaxPlans) float8_plans_.clear();
+      it = float8_plans_.emplace(key, make_float8_plan(key)).first;
+    }
+    return it->second.get();
   }
 
   // The FP8 plan for key, or null where cuBLASLt has no FP8 kernel for it. Its operands are
@@ -483,6 +494,11 @@ void gemm(const GemmParams& p) {
 void gemm_float8(const Float8GemmParams& p) {
   check_gemm_float8(p);
   session().run_float8(p);
+}
+
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  return session().float8_on_tensor_cores(p);
 }
 
 bool gemm_fuses_gelu(const GemmParams& p) {

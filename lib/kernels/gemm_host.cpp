@@ -124,6 +124,11 @@ void gemm_float8(const Float8GemmParams& p) {
   gemm_float8_widened(p);
 }
 
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  return false;
+}
+
 bool gemm_fuses_gelu(const GemmParams& p) {
   check_gemm(p);
   return true;

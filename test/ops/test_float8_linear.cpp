@@ -199,6 +199,29 @@ TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a bias with a bf16 or f16 C")));
 }
 
+// Which problems run on FP8 tensor cores: on a Hopper build (BMT_TEST_EXPECT_FP8_TENSOR_CORES)
+// a block's aligned shapes must, or the FP8 layers would silently run at f32's rate; a k that is
+// not a multiple of 16 never does, nor anything on the host build.
+TEST(Float8Gemm, AlignedProblemsRunOnTensorCoresOnHopper) {
+  const Tensor a = Tensor::zeros({64, 64}, DType::f8e4m3), b = Tensor::zeros({128, 64}, DType::f8e5m2);
+  const Tensor odd = Tensor::zeros({64, 19}, DType::f8e4m3), odd_b = Tensor::zeros({128, 19}, DType::f8e4m3);
+  const Tensor scale = Tensor::from_floats({1.0f}, {}), c = Tensor::zeros({64, 128}, DType::bf16);
+  kernels::Float8GemmParams p;
+  p.m = 64, p.n = 128, p.k = 64;
+  p.a = a.data(), p.a_scale = scale.data_as<float>();
+  p.b = b.data(), p.b_dtype = DType::f8e5m2, p.b_scale = scale.data_as<float>();
+  p.c = c.data(), p.ldc = 128;
+  kernels::Float8GemmParams unaligned = p;
+  unaligned.k = 19;
+  unaligned.a = odd.data(), unaligned.b = odd_b.data(), unaligned.b_dtype = DType::f8e4m3;
+#ifdef BMT_TEST_EXPECT_FP8_TENSOR_CORES
+  EXPECT_TRUE(kernels::gemm_float8_on_tensor_cores(p));
+#else
+  EXPECT_FALSE(kernels::gemm_float8_on_tensor_cores(p));
+#endif
+  EXPECT_FALSE(kernels::gemm_float8_on_tensor_cores(unaligned));
+}
+
 // float8_linear's forward and both gradients:
 //  - against the same products of the reference's quantized values (x, W e4m3; dy e5m2) in double:
 //    within the sums' accuracy and the output dtype's rounding (the layer computes exactly these);

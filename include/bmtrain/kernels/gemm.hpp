@@ -87,6 +87,10 @@ struct Float8GemmParams {
 
 void gemm_float8(const Float8GemmParams& p);
 
+// Whether gemm_float8(p) runs on FP8 tensor cores (cuBLASLt has a kernel for the problem) rather
+// than through f32. Always false on the host build.
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p);
+
 // Whether p's GELU (gelu_output) or GELU derivative (gelu_input) runs inside the GEMM, on the
 // unrounded product, rather than in a pass after it. Always true on the host build; on CUDA, the
 // GELU is not fused for f32 or for rows of C that are not whole, aligned 16-byte units, and either
