@@ -135,6 +135,8 @@ const char* safetensors_dtype_code(DType dtype) {
     case DType::i64: return "I64";
     case DType::u16: return "U16";
     case DType::u8: return "U8";
+    case DType::f8e4m3: return "F8_E4M3";
+    case DType::f8e5m2: return "F8_E5M2";
   }
   return "?";
 }

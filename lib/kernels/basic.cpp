@@ -1,6 +1,7 @@
 #include "bmtrain/kernels/basic.hpp"
 
 #include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/tensor/memory.hpp"
 #include "memory_bound_seam.hpp"
 
@@ -98,6 +99,11 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     memory::copy(dst.data(), src.data(), dst.nbytes());
     return;
   }
+  BMT_REQUIRE(!is_float8(src.dtype()) && !is_float8(dst.dtype()),
+              "copy_into: expected contiguous float8 tensors of one format, found " << dtype_name(src.dtype())
+                                                                                   << " into " << dtype_name(dst.dtype())
+                                                                                   << " of shape "
+                                                                                   << to_string(src.shape()));
   if (!is_floating(src.dtype())) {
     BMT_REQUIRE(src.dtype() == dst.dtype(), "copy_into: expected matching integer dtypes, found "
                                                 << dtype_name(src.dtype()) << " into " << dtype_name(dst.dtype()));
@@ -121,6 +127,10 @@ Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
 Tensor cast(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), dtype);
+  if (is_float8(dtype) || is_float8(t.dtype())) {
+    kernels::convert_float8(out, contiguous(t));
+    return out;
+  }
   copy_dispatch(out, t, 1.0f, false, "cast");
   return out;
 }

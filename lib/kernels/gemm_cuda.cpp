@@ -10,6 +10,14 @@
 // some widths and alignments), the GEMM runs without it and the GELU or its derivative follows as
 // an elementwise pass over the rounded product.
 //
+// FP8 products (gemm_float8) are cuBLASLt's FP8 matmul: e4m3/e5m2 operands with the reduced
+// dimension contiguous in both (in cuBLASLt's column-major terms its first operand transposed,
+// its second not: "TN", the only FP8 layout on Hopper), each dequantized by its scale pointer,
+// f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off: the tensor cores' partial
+// sums are then promoted to f32 as the product goes along the reduced dimension, rather than kept
+// at their own precision to the end. Problems it has no kernel for (k not a multiple of 16, rows of
+// C or operands not 16-byte aligned, a device without FP8) take the widened f32 product.
+//
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (slower at some of
 // GPT-2 XL's shapes: bench_kernels' LinearForwardBackward with and without it). The timing waits on the host once per new problem, in the
@@ -30,6 +38,7 @@
 #include "bmtrain/tensor/tensor.hpp"
 #include "memory_bound_seam.hpp"
 #include "gemm_check.hpp"
+#include "gemm_float8.hpp"
 
 namespace bmt::kernels {
 
@@ -45,6 +54,8 @@ cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
+    case DType::f8e4m3: return CUDA_R_8F_E4M3;
+    case DType::f8e5m2: return CUDA_R_8F_E5M2;
     default: return CUDA_R_32F;
   }
 }
@@ -70,8 +81,18 @@ struct PlanKey {
 };
 static_assert(sizeof(PlanKey) == 24 * sizeof(std::int64_t), "PlanKey must have no padding");
 
-struct PlanKeyHash {
-  std::size_t operator()(const PlanKey& k) const {
+// Everything that selects an FP8 plan; all 64-bit, so it compares and hashes as bytes.
+struct Float8Key {
+  std::int64_t m, n, k, ldc, a_dtype, b_dtype, c_dtype, accumulate, bias;
+  std::int64_t align_a, align_b, align_c, align_bias;
+
+  bool operator==(const Float8Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
+};
+static_assert(sizeof(Float8Key) == 13 * sizeof(std::int64_t), "Float8Key must have no padding");
+
+template <class Key>
+struct BytesHash {
+  std::size_t operator()(const Key& k) const {
     const auto* bytes = reinterpret_cast<const unsigned char*>(&k);
     std::size_t h = 1469598103934665603ull;  // FNV-1a
     for (std::size_t i = 0; i < sizeof k; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
@@ -123,6 +144,7 @@ class LtSession {
   }
   ~LtSession() {
     plans_.clear();
+    float8_plans_.clear();
     cudaFree(workspace_);  // waits for queued work that still uses it
     cublasLtDestroy(handle_);
   }
@@ -145,6 +167,33 @@ class LtSession {
     BMT_CUBLAS_CHECK(matmul(plan, p, product, plan.algo));
     if (plan.gelu_after && p.gelu_output) gelu_after_gemm(p, product);
     if (plan.gelu_after && p.gelu_input) gelu_backward_in_place(p);
+  }
+
+  void run_float8(const Float8GemmParams& p) {
+    std::unique_lock<std::mutex> lock(mutex_);  // held through the call: the scale pointers are set on the plan
+    Plan* plan = float8_plan_for(p);
+    if (!plan) {
+      lock.unlock();
+      gemm_float8_widened(p);
+      return;
+    }
+    // cuBLASLt's A is our B and its B our A (the file comment), so are their scales.
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.b_scale,
+                                                    sizeof p.b_scale));
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.a_scale,
+                                                    sizeof p.a_scale));
+    if (p.bias)
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                      sizeof p.bias));
+    const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+    BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c,
+                                    plan->out, p.c, plan->out, &plan->algo, workspace_, kWorkspaceBytes,
+                                    context().compute_stream().native()));
+  }
+
+  bool float8_on_tensor_cores(const Float8GemmParams& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return float8_plan_for(p) != nullptr;
   }
 
   bool gelu_in_epilogue(const GemmParams& p) {
@@ -267,6 +316,69 @@ class LtSession {
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   }
 
+  // The cached FP8 plan for p's problem, made on first use, or null where cuBLASLt has none; the
+  // caller holds mutex_.
+  Plan* float8_plan_for(const Float8GemmParams& p) {
+    Float8Key key{};
+    key.m = p.m, key.n = p.n, key.k = p.k, key.ldc = p.ldc;
+    key.a_dtype = static_cast<std::int64_t>(p.a_dtype);
+    key.b_dtype = static_cast<std::int64_t>(p.b_dtype);
+    key.c_dtype = static_cast<std::int64_t>(p.c_dtype);
+    key.accumulate = p.accumulate;
+    key.bias = p.bias != nullptr;
+    key.align_a = alignment(p.a);
+    key.align_b = alignment(p.b);
+    key.align_c = alignment(p.c);
+    key.align_bias = p.bias ? alignment(p.bias) : 0;
+    auto it = float8_plans_.find(key);
+    if (it == float8_plans_.end()) {
+      if (float8_plans_.size() >= kMaxPlans) float8_plans_.clear();
+      it = float8_plans_.emplace(key, make_float8_plan(key)).first;
+    }
+    return it->second.get();
+  }
+
+  // The FP8 plan for key, or null where cuBLASLt has no FP8 kernel for it. Its operands are
+  // row-major [n, k] (our B, cuBLASLt's A, transposed) and [m, k] (our A, cuBLASLt's B).
+  std::unique_ptr<Plan> make_float8_plan(const Float8Key& key) {
+    const std::int64_t c_bytes = static_cast<std::int64_t>(dtype_size(static_cast<DType>(key.c_dtype)));
+    if (key.k % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0 ||
+        (key.bias && key.align_bias < 16))
+      return nullptr;
+    auto plan = std::make_unique<Plan>();
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = CUBLAS_OP_T, op_second = CUBLAS_OP_N;
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                    sizeof op_first));
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                    sizeof op_second));
+    const std::int8_t fast_accumulation = 0;
+    BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
+                                                    sizeof fast_accumulation));
+    if (key.bias) {  // along each row-major row of C, in C's dtype (bf16/f16)
+      const cudaDataType_t bias_type = cuda_type(static_cast<DType>(key.c_dtype));
+      BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof bias_type));
+      set_epilogue(*plan, CUBLASLT_EPILOGUE_BIAS);
+    }
+    plan->first = make_layout(cuda_type(static_cast<DType>(key.b_dtype)), key.n, key.k, key.k, 1, 0);
+    plan->second = make_layout(cuda_type(static_cast<DType>(key.a_dtype)), key.m, key.k, key.k, 1, 0);
+    plan->out = make_layout(cuda_type(static_cast<DType>(key.c_dtype)), key.m, key.n, key.ldc, 1, 0);
+    cublasLtMatmulPreference_t pref = nullptr;
+    BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t workspace = kWorkspaceBytes;
+    BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                          sizeof workspace));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second,
+                                                                 plan->out, plan->out, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) return nullptr;  // e.g. not a Hopper (or later) device
+    plan->algo = result.algo;
+    return plan;
+  }
+
   std::unique_ptr<Plan> make_plan(const PlanKey& key) {
     auto plan = std::make_unique<Plan>();
     const DType dtype = static_cast<DType>(key.dtype);
@@ -350,7 +462,9 @@ class LtSession {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::mutex mutex_;
-  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, BytesHash<PlanKey>> plans_;
+  // FP8 plans; a null plan: cuBLASLt has no kernel for the problem, the widened product runs.
+  std::unordered_map<Float8Key, std::unique_ptr<Plan>, BytesHash<Float8Key>> float8_plans_;
 };
 
 std::unique_ptr<LtSession>& session_slot() {
@@ -375,6 +489,16 @@ LtSession& session() {
 void gemm(const GemmParams& p) {
   check_gemm(p);
   session().run(p);
+}
+
+void gemm_float8(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  session().run_float8(p);
+}
+
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  return session().float8_on_tensor_cores(p);
 }
 
 bool gemm_fuses_gelu(const GemmParams& p) {

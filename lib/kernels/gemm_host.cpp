@@ -6,6 +6,7 @@
 #include "activation_math.hpp"
 #include "bmtrain/kernels/gemm.hpp"
 #include "gemm_check.hpp"
+#include "gemm_float8.hpp"
 #include "index_math.hpp"
 
 namespace bmt::kernels {
@@ -115,6 +116,17 @@ void gemm(const GemmParams& p) {
     return;
   }
   BMT_DISPATCH_FLOAT(p.dtype, "gemm", T, { gemm_widened<T>(p); });
+}
+
+// OpenBLAS has no float8: the codes widen exactly to f32 (gemm_float8.hpp).
+void gemm_float8(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  gemm_float8_widened(p);
+}
+
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p) {
+  check_gemm_float8(p);
+  return false;
 }
 
 bool gemm_fuses_gelu(const GemmParams& p) {

@@ -4,6 +4,7 @@
 
 #include "bmtrain/ops/elementwise.hpp"
 #include "bmtrain/ops/embedding.hpp"
+#include "bmtrain/ops/float8_linear.hpp"
 #include "bmtrain/ops/matmul.hpp"
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/runtime/error.hpp"
@@ -32,15 +33,26 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, DType dtype, i
 
 Tensor Linear::gathered_bias() const { return bias.defined() ? bias.gather() : Tensor(); }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight.gather(), gathered_bias()); }
+Tensor Linear::forward(const Tensor& x) const {
+  if (fp8_) return float8_linear(x, weight.gather(), gathered_bias());
+  return linear(x, weight.gather(), gathered_bias());
+}
 
-Tensor Linear::forward_gelu(const Tensor& x) const { return linear_gelu(x, weight.gather(), gathered_bias()); }
+Tensor Linear::forward_gelu(const Tensor& x) const {
+  if (fp8_) return gelu(float8_linear(x, weight.gather(), gathered_bias()));
+  return linear_gelu(x, weight.gather(), gathered_bias());
+}
 
-Tensor Linear::gelu_forward(const Tensor& x) const { return gelu_linear(x, weight.gather(), gathered_bias()); }
+Tensor Linear::gelu_forward(const Tensor& x) const {
+  if (fp8_) return float8_linear(gelu(x), weight.gather(), gathered_bias());
+  return gelu_linear(x, weight.gather(), gathered_bias());
+}
 
 Tensor Linear::forward_onto(const Tensor& residual, const Tensor& x, bool gelu_first) const {
   const Tensor w = weight.gather();
-  return residual_add(residual, gelu_first ? gelu_linear(x, w) : linear(x, w), gathered_bias());
+  const Tensor product_of_x = fp8_ ? float8_linear(gelu_first ? gelu(x) : x, w)
+                                   : gelu_first ? gelu_linear(x, w) : linear(x, w);
+  return residual_add(residual, product_of_x, gathered_bias());
 }
 
 Embedding::Embedding(std::int64_t count, std::int64_t dim, DType dtype, init::Fn weight_init) {

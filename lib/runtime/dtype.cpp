@@ -16,6 +16,8 @@ const char* dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::u16: return "u16";
     case DType::u8: return "u8";
+    case DType::f8e4m3: return "f8e4m3";
+    case DType::f8e5m2: return "f8e5m2";
   }
   return "?";
 }
@@ -30,7 +32,10 @@ DType parse_dtype(const std::string& name) {
   if (n == "i64" || n == "int64") return DType::i64;
   if (n == "u16" || n == "uint16") return DType::u16;
   if (n == "u8" || n == "uint8") return DType::u8;
-  BMT_REQUIRE(false, "unknown dtype '" << name << "': expected one of f32, bf16, f16, i32, i64, u16, u8");
+  if (n == "f8e4m3" || n == "float8_e4m3fn" || n == "e4m3") return DType::f8e4m3;
+  if (n == "f8e5m2" || n == "float8_e5m2" || n == "e5m2") return DType::f8e5m2;
+  BMT_REQUIRE(false, "unknown dtype '" << name
+                         << "': expected one of f32, bf16, f16, i32, i64, u16, u8, f8e4m3, f8e5m2");
 }
 
 }  // namespace bmt

@@ -23,7 +23,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
     case DType::u8: return ncclUint8;
-    case DType::u16: break;
+    case DType::u16: case DType::f8e4m3: case DType::f8e5m2: break;  // float8 data travels as u8
   }
   BMT_REQUIRE(false, "NCCL carries f32, bf16, f16, i32, i64 and u8; found " << dtype_name(t));
   return ncclFloat32;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "bmtrain/runtime/error.hpp"
+#include "bmtrain/runtime/float8.hpp"
 #include "bmtrain/runtime/half.hpp"
 #include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/tensor/memory.hpp"
@@ -59,6 +60,8 @@ float element_to_float(const void* p, DType t) {
     case DType::i64: return static_cast<float>(*static_cast<const std::int64_t*>(p));
     case DType::u16: return static_cast<float>(*static_cast<const std::uint16_t*>(p));
     case DType::u8: return static_cast<float>(*static_cast<const std::uint8_t*>(p));
+    case DType::f8e4m3: return f8e4m3_t::to_float(*static_cast<const std::uint8_t*>(p));
+    case DType::f8e5m2: return f8e5m2_t::to_float(*static_cast<const std::uint8_t*>(p));
   }
   return 0;
 }
@@ -82,6 +85,8 @@ void float_to_element(float v, void* p, DType t) {
     case DType::i64: *static_cast<std::int64_t*>(p) = static_cast<std::int64_t>(v); break;
     case DType::u16: *static_cast<std::uint16_t*>(p) = static_cast<std::uint16_t>(v); break;
     case DType::u8: *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v); break;
+    case DType::f8e4m3: *static_cast<std::uint8_t*>(p) = f8e4m3_t::from_float(v); break;
+    case DType::f8e5m2: *static_cast<std::uint8_t*>(p) = f8e5m2_t::from_float(v); break;
   }
 }
 

@@ -80,6 +80,29 @@ TEST(Layers, LinearMatchesItsMathInEveryForm) {
   expect_near_all(m.no_bias.forward(x).to_host_floats(), linear_reference(xs, w2, {}, rows, 5, 3), 1e-5, "no bias");
 }
 
+// With set_fp8, every form computes its product with float8_linear (whose numerics ops_float8_linear
+// checks): the same values as float8_linear and gelu written out, and not those of linear.
+TEST(Layers, Fp8LinearRoutesEveryFormThroughFloat8Linear) {
+  Layers m;
+  bmt::init_parameters(m);
+  EXPECT_FALSE(m.proj.fp8());
+  m.proj.set_fp8(true);
+  EXPECT_TRUE(m.proj.fp8());
+  std::vector<float> xs(6 * 5), res(6 * 7);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7f * static_cast<float>(i)) * 1.5f;
+  for (std::size_t i = 0; i < res.size(); ++i) res[i] = std::cos(0.3f * static_cast<float>(i));
+  const auto x = bmt::Tensor::from_floats(xs, {6, 5}), r = bmt::Tensor::from_floats(res, {6, 7});
+  const bmt::Tensor w = m.proj.weight.gather(), b = m.proj.bias.gather();
+  const auto same = [](const bmt::Tensor& got, const bmt::Tensor& want, const char* what) {
+    EXPECT_EQ(got.to_host_floats(), want.to_host_floats()) << what;
+  };
+  same(m.proj.forward(x), bmt::float8_linear(x, w, b), "forward");
+  same(m.proj.forward_gelu(x), bmt::gelu(bmt::float8_linear(x, w, b)), "forward_gelu");
+  same(m.proj.gelu_forward(x), bmt::float8_linear(bmt::gelu(x), w, b), "gelu_forward");
+  same(m.proj.forward_onto(r, x), bmt::residual_add(r, bmt::float8_linear(x, w), b), "forward_onto");
+  EXPECT_NE(m.proj.forward(x).to_host_floats(), bmt::linear(x, w, b).to_host_floats());
+}
+
 TEST(Layers, DefaultLinearInitHasTheStatedSpread) {
   // N(0, 1/in): over a 256 x 1024 weight the sample variance is within a few percent of 1/1024.
   struct Wide : bmt::DistributedModule {

@@ -14,7 +14,9 @@ void fill_(const Tensor& t, float value);
 // A contiguous copy of t (of any strides), in t's dtype or in `dtype`.
 Tensor clone(const Tensor& t);
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
-Tensor cast(const Tensor& t, DType dtype);  // t itself when already of that dtype
+// t itself when already of that dtype. To and from f8e4m3/f8e5m2 unscaled (kernels/float8.hpp
+// has the scaled casts FP8 products use): rounded to nearest even and saturating, as float8.hpp.
+Tensor cast(const Tensor& t, DType dtype);
 // dst = src (any strides, any floating dtypes; shapes must match).
 void copy_into(const Tensor& dst, const Tensor& src);
 // dst += alpha * src; dst contiguous, src any strides, both floating.

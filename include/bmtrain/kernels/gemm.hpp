@@ -59,6 +59,38 @@ struct GemmParams {
 
 void gemm(const GemmParams& p);
 
+// An FP8 matrix product: C = a_scale * b_scale * A B^T (+ C with accumulate) (+ bias on every
+// row), with A [m, k] and
+// B [n, k] row-major float8 (f8e4m3 or f8e5m2, not both f8e5m2) whose rows of k are contiguous,
+// as cuBLASLt requires of FP8 operands on Hopper ("TN"), a_scale and b_scale f32 scalars in
+// device memory (what a code is multiplied by to give the value it stands for), and C [m, n]
+// (leading dimension ldc) in bf16, f16 or f32, the bias [n] in C's dtype (bf16/f16 only). The
+// products of two float8 values are exact in f32 and the sums are f32, then C is rounded once (on
+// CUDA, as for gemm(), cuBLASLt's bias epilogue may round the product to C's dtype before adding
+// the bias). On CUDA, cuBLASLt's FP8 matmul; where it has no
+// kernel for the problem (k not a multiple of 16, unaligned rows), and on the host build, the
+// codes are widened exactly to f32 and multiplied by gemm(), the scales applied to the f32 sums.
+struct Float8GemmParams {
+  std::int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  DType a_dtype = DType::f8e4m3;
+  const float* a_scale = nullptr;
+  const void* b = nullptr;
+  DType b_dtype = DType::f8e4m3;
+  const float* b_scale = nullptr;
+  void* c = nullptr;
+  DType c_dtype = DType::bf16;
+  std::int64_t ldc = 0;
+  bool accumulate = false;
+  const void* bias = nullptr;
+};
+
+void gemm_float8(const Float8GemmParams& p);
+
+// Whether gemm_float8(p) runs on FP8 tensor cores (cuBLASLt has a kernel for the problem) rather
+// than through f32. Always false on the host build.
+bool gemm_float8_on_tensor_cores(const Float8GemmParams& p);
+
 // Whether p's GELU (gelu_output) or GELU derivative (gelu_input) runs inside the GEMM, on the
 // unrounded product, rather than in a pass after it. Always true on the host build; on CUDA, the
 // GELU is not fused for f32 or for rows of C that are not whole, aligned 16-byte units, and either

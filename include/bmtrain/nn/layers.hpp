@@ -41,8 +41,16 @@ class Linear : public Module {
   std::int64_t in_features() const { return weight.size(1); }
   std::int64_t out_features() const { return weight.size(0); }
 
+  // FP8: every forward above runs its matrix products through float8_linear (e4m3 activations
+  // and weights, e5m2 gradients, per-tensor scales; ops/float8_linear.hpp); the GELU and the bias
+  // then take passes of their own. Off by default.
+  void set_fp8(bool on) { fp8_ = on; }
+  bool fp8() const { return fp8_; }
+
  private:
   Tensor gathered_bias() const;
+
+  bool fp8_ = false;
 };
 
 // A lookup table of `count` rows of `dim` features: forward(ids [...]) -> [..., dim].

@@ -3,6 +3,7 @@
 // Kokkos kernels: f32, bf16 and f16 inputs, f32 arithmetic inside, outputs and gradients in the
 // input's dtype. Inputs may have any strides; ops copy to contiguous memory where a kernel needs it.
 #include "bmtrain/ops/elementwise.hpp"
+#include "bmtrain/ops/float8_linear.hpp"
 #include "bmtrain/ops/matmul.hpp"
 #include "bmtrain/ops/reduce.hpp"
 #include "bmtrain/ops/shape.hpp"

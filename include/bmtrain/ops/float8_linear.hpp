@@ -1,0 +1,30 @@
+#pragma once
+// A linear layer whose three matrix products run in FP8 (Hopper's tensor cores take float8 at
+// twice bf16's rate), with per-tensor current scaling (kernels/float8.hpp):
+//
+//   forward   y  = x W^T        x e4m3, W e4m3
+//   backward  dx = dy W         dy e5m2, W e4m3
+//             dW = dy^T x       dy e5m2, x e4m3
+//
+// Activations and weights are e4m3: their values are spread over a few binades, and its 3-bit
+// mantissa (relative rounding error 2^-4) is worth more than range there. Gradients are e5m2:
+// they spread over far more binades (a few large entries, many tiny ones), which a per-tensor
+// scale keeps only with e5m2's range (up to 57344, down to 2^-16), at 2 mantissa bits (2^-3).
+// Each tensor is scaled by 448 or 57344 over its own absolute maximum, computed from the current
+// values (not a history), so nothing is carried between steps. The products sum in f32; y and dx
+// are in x's dtype, and dW goes, in f32, straight into the weight's gradient buffer when it has
+// one (a ZeRO block's, as linear does). The bias, if any, is added by the forward GEMM (for bf16
+// and f16; on CUDA cuBLASLt's bias epilogue, which may round the product before adding it) and
+// its gradient is the column sums of dy in full precision.
+//
+// The host build computes the same codes and scales and multiplies them exactly widened to f32,
+// so its results are the GPU's up to the order of f32 additions.
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt {
+
+// y = x W^T + b like linear(): x [..., in], weight [out, in], bias [out] or undefined; x, weight
+// and bias of one floating dtype.
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace bmt

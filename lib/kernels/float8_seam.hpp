@@ -1,0 +1,19 @@
+#pragma once
+// The kernel seam of the float8 cast (docs/ARCHITECTURE.md, "Backend seams"): float8.cpp offers
+// each scaled cast here first. On the CUDA build float8_cuda.cpp takes contiguous f32/bf16/f16
+// inputs (the transposed layout through shared-memory tiles, so that both layouts are written a
+// row at a time); the host build's float8_host.cpp declines. Both write the codes float8.hpp's
+// conversion gives, so the two paths agree bit for bit.
+#include <cstdint>
+
+#include "bmtrain/tensor/tensor.hpp"
+
+namespace bmt::kernels::seam {
+
+// x [rows, cols] (contiguous, f32/bf16/f16) times float8_scale(*amax) rounded to format into out
+// ([rows, cols]) and out_t ([cols, rows]), each when not null; *scale_inv = 1 / that scale. All
+// pointers are device memory. True when queued on the compute stream.
+bool quantize_float8(const Tensor& x, std::int64_t rows, std::int64_t cols, const float* amax, DType format,
+                     std::uint8_t* out, std::uint8_t* out_t, float* scale_inv);
+
+}  // namespace bmt::kernels::seam

@@ -1,0 +1,163 @@
+// float8_linear: forward and backward as FP8 GEMMs (ops/float8_linear.hpp). FP8 tensor cores read
+// both operands with the reduced dimension contiguous, so each product takes the layout it needs
+// from the quantizing pass, which writes a tensor's codes row-major, transposed or both: x and W
+// row-major for y = x W^T; dy row-major and W transposed ([in, out]) for dx = dy W; dy and x
+// transposed ([out, rows], [in, rows]) for dW = dy^T x. Forward keeps only what backward reads:
+// x's transposed codes (1 byte an element) and W's, with their scales (and the row-major codes
+// until the forward GEMM has run, which under outputs on demand may be later, or never).
+#include "bmtrain/ops/float8_linear.hpp"
+
+#include "bmtrain/autograd/function.hpp"
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/elementwise.hpp"
+#include "bmtrain/kernels/float8.hpp"
+#include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "bias_gradient.hpp"
+
+namespace bmt {
+
+namespace {
+
+// out ([m, n], leading dimension n) = A B^T (+ out) (+ bias) with A [m, k] and B [n, k] in float8.
+void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
+                    const Tensor& out, bool accumulate, const void* bias = nullptr) {
+  kernels::Float8GemmParams p;
+  p.m = a.size(0);
+  p.k = a.size(1);
+  p.n = b.size(0);
+  p.a = a.data();
+  p.a_dtype = a.dtype();
+  p.a_scale = a_scale_inv.data_as<float>();
+  p.b = b.data();
+  p.b_dtype = b.dtype();
+  p.b_scale = b_scale_inv.data_as<float>();
+  p.c = out.data();
+  p.c_dtype = out.dtype();
+  p.ldc = p.n;
+  p.accumulate = accumulate;
+  p.bias = bias;
+  kernels::gemm_float8(p);
+}
+
+// A DeferrableFunction: prepare quantizes (backward needs the transposed codes), write runs the
+// forward GEMM, so that in a block's recompute a product whose output nobody reads is never made.
+class Float8Linear final : public autograd::DeferrableFunction {
+ public:
+  std::string name() const override { return "float8_linear"; }
+  bool prepare_queues_work() const override { return true; }
+
+  std::vector<Tensor> prepare(const std::vector<Tensor>& in) override {
+    const Tensor &x = in[0], &w = in[1], &bias = in[2];
+    BMT_REQUIRE(x.defined() && w.defined() && is_floating(x.dtype()) && x.dtype() == w.dtype(),
+                "float8_linear: expected input and weight of one floating dtype, found "
+                    << (x.defined() ? dtype_name(x.dtype()) : "none") << " and "
+                    << (w.defined() ? dtype_name(w.dtype()) : "none"));
+    BMT_REQUIRE(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
+                "float8_linear: expected input [..., in] and weight [out, in] with matching in, found input "
+                    << to_string(x.shape()) << " and weight " << to_string(w.shape()));
+    if (bias.defined()) {
+      BMT_REQUIRE(bias.dtype() == w.dtype() && bias.dim() == 1 && bias.size(0) == w.size(0),
+                  "float8_linear: expected bias [" << w.size(0) << "] in " << dtype_name(w.dtype()) << ", found "
+                                                   << to_string(bias.shape()) << " in " << dtype_name(bias.dtype()));
+    }
+    x_shape_ = x.shape();
+    in_ = w.size(1);
+    out_ = w.size(0);
+    rows_ = 1;
+    for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows_ *= x.shape()[d];
+    Shape y_shape = x.shape();
+    y_shape.back() = out_;
+    const Tensor y = Tensor::empty(y_shape, x.dtype());
+    if (y.numel() == 0 || in_ == 0) return {y};
+    const bool keep = is_recording();
+    const Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+    // Backward reads x transposed (for dW) and W transposed (for dx), and only those. (The graph's
+    // edges are made after forward: which gradients it will want is read off the inputs.)
+    const kernels::Float8Matrix qx = kernels::quantize_float8(xc, in_, kernels::abs_max(xc), DType::f8e4m3, true,
+                                                              keep && w.requires_grad());
+    const kernels::Float8Matrix qw = kernels::quantize_float8(wc, in_, kernels::abs_max(wc), DType::f8e4m3, true,
+                                                              keep && x.requires_grad());
+    x_codes_ = qx.codes;
+    w_codes_ = qw.codes;
+    x_scale_inv_ = qx.scale_inv;
+    w_scale_inv_ = qw.scale_inv;
+    if (keep) {
+      x_t_ = qx.transposed;
+      w_t_ = qw.transposed;
+    }
+    return {y};
+  }
+
+  void write(const std::vector<Tensor>& in, const std::vector<Tensor>& out) override {
+    const Tensor& y = out[0];
+    if (y.numel() == 0) return;
+    const Tensor bias = in[2].defined() ? contiguous(in[2]) : Tensor();
+    if (in_ == 0) {  // an empty sum: y is the bias on every row
+      y.zero_();
+      if (bias.defined()) y.copy_(kernels::binary(kernels::BinaryOp::add, y, bias));
+      return;
+    }
+    // An f32 y takes its bias in a pass of its own (the FP8 GEMM's bias is bf16/f16 only).
+    const bool bias_in_gemm = bias.defined() && y.dtype() != DType::f32;
+    float8_product(x_codes_, x_scale_inv_, w_codes_, w_scale_inv_, y.view({rows_, out_}), false,
+                   bias_in_gemm ? bias.data() : nullptr);
+    x_codes_ = w_codes_ = Tensor();  // the forward's codes are done with
+    if (bias.defined() && !bias_in_gemm) y.copy_(kernels::binary(kernels::BinaryOp::add, y, bias));
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor g = contiguous(grads[0]);
+    const DType dtype = g.dtype();
+    Tensor dx, dw, db;
+    const bool want_dx = needs_input_grad(0), want_dw = needs_input_grad(1);
+    if (rows_ == 0 || out_ == 0 || in_ == 0) {  // an empty product: zero gradients
+      if (want_dx) dx = Tensor::zeros(x_shape_, dtype);
+      if (want_dw) dw = Tensor::zeros({out_, in_}, dtype);
+    } else if (want_dx || want_dw) {
+      const kernels::Float8Matrix qg =
+          kernels::quantize_float8(g, out_, kernels::abs_max(g), DType::f8e5m2, want_dx, want_dw);
+      if (want_dx) {
+        // Added (accumulate) into the gradient x's other consumers already gave it, when there is one.
+        const Tensor partial = partial_gradient(0);
+        const bool into_partial = partial.defined() && partial.shape() == x_shape_ && partial.dtype() == dtype &&
+                                  partial.is_contiguous();
+        const Tensor target = into_partial ? partial : Tensor::empty(x_shape_, dtype);
+        float8_product(qg.codes, qg.scale_inv, w_t_, w_scale_inv_, target.view({rows_, in_}), into_partial);
+        if (!into_partial) dx = target;
+      }
+      if (want_dw) {
+        // Straight into the weight's gradient buffer when it has one (ZeRO blocks do, in f32):
+        // written over a buffer that holds no values yet, else added.
+        const Tensor target = leaf_gradient(1, /*will_claim=*/true);
+        if (target.defined() && (target.dtype() == dtype || target.dtype() == DType::f32) && target.is_contiguous()) {
+          float8_product(qg.transposed, qg.scale_inv, x_t_, x_scale_inv_, target.view({out_, in_}),
+                         /*accumulate=*/!claim_leaf_gradient(1));
+        } else {
+          dw = Tensor::empty({out_, in_}, dtype);
+          float8_product(qg.transposed, qg.scale_inv, x_t_, x_scale_inv_, dw, false);
+        }
+      }
+    }
+    if (needs_input_grad(2)) db = bias_gradient(*this, 2, g.view({rows_, out_}));
+    return {dx, dw, db};
+  }
+
+  void release_saved() override { x_codes_ = w_codes_ = x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor(); }
+
+ private:
+  Shape x_shape_;
+  std::int64_t in_ = 0, out_ = 0, rows_ = 0;
+  Tensor x_codes_, w_codes_;  // the forward's e4m3 codes, [rows, in] and [out, in], until write
+  Tensor x_t_, x_scale_inv_;  // x's codes transposed, [in, rows], and their 1 / scale
+  Tensor w_t_, w_scale_inv_;  // W's codes transposed, [in, out]
+};
+
+}  // namespace
+
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return autograd::call<Float8Linear>({x, weight, bias})[0];
+}
+
+}  // namespace bmt

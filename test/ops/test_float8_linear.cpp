@@ -1,0 +1,385 @@
+// Per-tensor float8 scaling, the FP8 GEMM and float8_linear against common/float8_reference.hpp:
+// codes and scales exactly; products of the same quantized values in double within f32 summation
+// and the output's rounding; and the layer against the exact (unquantized) products in double
+// within the FP8 error bound derived below.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/float8.hpp"
+#include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/ops/ops.hpp"
+#include "bmtrain/runtime/error.hpp"
+#include "common/float8_reference.hpp"
+#include "common/gradcheck.hpp"
+#include "common/host_reference.hpp"
+
+namespace bmt {
+namespace {
+
+using testing::abt_reference;
+using testing::float8_quantize;
+using testing::Float8Reference;
+using testing::kE4M3;
+using testing::kE5M2;
+using testing::random_floats;
+using testing::rounded;
+using testing::transpose_of;
+
+// How far sums of exact products may be from their float64 value, relative to the sum of the
+// terms' magnitudes: on the host an f32 sum (k 2^-24 for k terms); on Hopper FP8 tensor cores the
+// partial sums inside an instruction keep about 14 mantissa bits before cuBLASLt adds them in f32.
+// Either is far below the FP8 rounding the tests look for (2^-4 and 2^-3 of each operand).
+constexpr double kAccumulation = 0x1p-12;
+
+std::vector<std::uint8_t> codes_of(const Tensor& t) {
+  std::vector<std::uint8_t> c(static_cast<std::size_t>(t.numel()));
+  t.copy_to_host(c.data(), c.size());
+  return c;
+}
+
+float scalar(const Tensor& t) { return t.to_host_floats().at(0); }
+
+// Spread over several binades (as activations and gradients are), so that small values reach
+// e4m3's subnormals once scaled.
+std::vector<float> spread_floats(std::size_t n, std::uint32_t seed, float top) {
+  auto v = random_floats(n, seed);
+  const auto e = random_floats(n, seed + 1000, -12.0f, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) v[i] = top * v[i] * std::exp2(e[i]);
+  return v;
+}
+
+TEST(Float8Scaling, AbsMaxAndScale) {
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats({0.5f, -3.25f, 2.0f}, {3}))), 3.25f);
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats({0.5f, -3.25f, 2.0f}, {3}, DType::bf16))), 3.25f);
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::zeros({0}))), 0.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats({1.0f, nan, 2.0f}, {3}))), inf);
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats({1.0f, -inf}, {2}))), inf);
+  const auto big = random_floats(100000, 5, -7.0f, 7.0f);
+  float want = 0.0f;
+  for (float v : big) want = std::max(want, std::fabs(v));
+  EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats(big, {100000}))), want);
+
+  EXPECT_EQ(kernels::float8_scale(0.0f, 448.0f), 1.0f);
+  EXPECT_EQ(kernels::float8_scale(2.0f, 448.0f), 224.0f);
+  EXPECT_EQ(kernels::float8_scale(3.0f, 57344.0f), 57344.0f / 3.0f);
+  EXPECT_EQ(kernels::float8_scale(1e-38f, 448.0f), FLT_MAX);  // 448 / 1e-38 overflows float
+  EXPECT_EQ(kernels::float8_scale(inf, 448.0f), 0.0f);
+}
+
+// Codes in both layouts and the inverse scale, exactly as the reference computes them, for both
+// formats and three input dtypes; values read back through dequantize_float8.
+TEST(Float8Scaling, QuantizeMatchesTheReference) {
+  const std::int64_t rows = 37, cols = 24;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (const auto* f : {&kE4M3, &kE5M2}) {
+      const DType format = f == &kE4M3 ? DType::f8e4m3 : DType::f8e5m2;
+      const auto xs = rounded(spread_floats(rows * cols, 11, 30.0f), dt);
+      const Tensor x = Tensor::from_floats(xs, {rows, cols}, dt);
+      const Float8Reference want = float8_quantize(*f, xs);
+      const auto q = kernels::quantize_float8(x, cols, kernels::abs_max(x), format, true, true);
+      const std::string what = std::string(dtype_name(dt)) + " into " + f->name;
+      ASSERT_EQ(q.codes.dtype(), format);
+      ASSERT_EQ(q.codes.shape(), (Shape{rows, cols}));
+      ASSERT_EQ(q.transposed.shape(), (Shape{cols, rows}));
+      EXPECT_EQ(scalar(q.scale_inv), want.scale_inv) << what;
+      EXPECT_EQ(codes_of(q.codes), want.codes) << what;
+      EXPECT_EQ(codes_of(q.transposed), transpose_of(want.codes, rows, cols)) << what;
+      const auto back = kernels::dequantize_float8(q.codes, q.scale_inv, DType::f32).to_host_floats();
+      for (std::size_t i = 0; i < back.size(); ++i)
+        ASSERT_EQ(back[i], static_cast<float>(want.values[i])) << what << " element " << i;
+      // The largest magnitude lands on the format's largest value.
+      const auto codes = want.codes;
+      EXPECT_NE(std::find_if(codes.begin(), codes.end(), [&](std::uint8_t c) {
+                  return std::fabs(testing::float8_decode(*f, c)) == f->max;
+                }), codes.end()) << what;
+    }
+  }
+  // One layout only; and a given amax (a group's), larger than the tensor's own.
+  const auto xs = random_floats(64, 3);
+  const Tensor x = Tensor::from_floats(xs, {4, 16});
+  const auto t_only = kernels::quantize_float8(x, 16, kernels::abs_max(x), DType::f8e4m3, false, true);
+  EXPECT_FALSE(t_only.codes.defined());
+  EXPECT_EQ(codes_of(t_only.transposed), transpose_of(float8_quantize(kE4M3, xs).codes, 4, 16));
+  const auto wider = kernels::quantize_float8(x, 16, Tensor::from_floats({4.0f}, {}), DType::f8e4m3);
+  EXPECT_EQ(scalar(wider.scale_inv), 1.0f / (448.0f / 4.0f));
+  EXPECT_THROW(kernels::quantize_float8(x, 16, kernels::abs_max(x), DType::bf16), Error);
+  EXPECT_THROW(kernels::quantize_float8(x, 5, kernels::abs_max(x), DType::f8e4m3), Error);
+}
+
+// bmt::cast to and from float8, unscaled: rounding and saturation as the format's, back exactly.
+TEST(Float8Scaling, CastsToAndFromFloat8) {
+  const std::vector<float> xs = {0.0f, 1.0625f, -1.1875f, 500.0f, -1e9f, 0.001f, 3.3f};
+  for (const auto* f : {&kE4M3, &kE5M2}) {
+    const DType format = f == &kE4M3 ? DType::f8e4m3 : DType::f8e5m2;
+    const Tensor q = cast(Tensor::from_floats(xs, {7}), format);
+    ASSERT_EQ(q.dtype(), format);
+    const auto back = cast(q, DType::f32).to_host_floats();
+    const auto also = q.to_host_floats();  // the tensor layer's element conversion
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double want = testing::float8_decode(*f, testing::float8_encode(*f, xs[i]));
+      EXPECT_EQ(back[i], want) << f->name << " " << xs[i];
+      EXPECT_EQ(also[i], want) << f->name << " " << xs[i];
+    }
+  }
+  const Tensor e5 = cast(cast(Tensor::from_floats({1.125f}, {1}), DType::f8e4m3), DType::f8e5m2);
+  EXPECT_EQ(e5.to_host_floats()[0], 1.0f);  // 1.125 is e4m3, and a tie in e5m2: to even
+}
+
+// The FP8 GEMM against the double product of the decoded codes times the scales: products are
+// exact in f32, so only the sums (kAccumulation) and C's rounding differ. Accumulation into C, a
+// bias, both operand mixes, bf16/f32/f16 C, and a k that is not a multiple of 16.
+TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
+  struct Case {
+    std::int64_t m, n, k;
+    DType a, b, c;
+    bool accumulate, bias;
+  };
+  const Case cases[] = {{16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, false},
+                        {16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, true},
+                        {33, 17, 64, DType::f8e5m2, DType::f8e4m3, DType::f32, true, false},
+                        {8, 24, 19, DType::f8e4m3, DType::f8e5m2, DType::f32, false, false},
+                        {5, 3, 7, DType::f8e4m3, DType::f8e4m3, DType::f16, true, true}};
+  std::uint32_t seed = 40;
+  for (const auto& c : cases) {
+    const auto& fa = c.a == DType::f8e4m3 ? kE4M3 : kE5M2;
+    const auto& fb = c.b == DType::f8e4m3 ? kE4M3 : kE5M2;
+    const auto av = spread_floats(c.m * c.k, seed++, 3.0f), bv = spread_floats(c.n * c.k, seed++, 0.2f);
+    const Float8Reference qa = float8_quantize(fa, av), qb = float8_quantize(fb, bv);
+    const Tensor at = Tensor::from_floats(av, {c.m, c.k});
+    const auto qa_t = kernels::quantize_float8(at, c.k, kernels::abs_max(at), c.a);
+    const Tensor bt = Tensor::from_floats(bv, {c.n, c.k});
+    const auto qb_t = kernels::quantize_float8(bt, c.k, kernels::abs_max(bt), c.b);
+    ASSERT_EQ(codes_of(qa_t.codes), qa.codes);
+    ASSERT_EQ(codes_of(qb_t.codes), qb.codes);
+    const auto c0 = rounded(random_floats(c.m * c.n, seed++), c.c);
+    Tensor out = Tensor::from_floats(c0, {c.m, c.n}, c.c);
+    kernels::Float8GemmParams p;
+    p.m = c.m, p.n = c.n, p.k = c.k;
+    p.a = qa_t.codes.data(), p.a_dtype = c.a, p.a_scale = qa_t.scale_inv.data_as<float>();
+    p.b = qb_t.codes.data(), p.b_dtype = c.b, p.b_scale = qb_t.scale_inv.data_as<float>();
+    p.c = out.data(), p.c_dtype = c.c, p.ldc = c.n, p.accumulate = c.accumulate;
+    const auto bias_values = rounded(random_floats(c.n, seed++), c.c);
+    const Tensor bias = Tensor::from_floats(bias_values, {c.n}, c.c);
+    if (c.bias) p.bias = bias.data();
+    kernels::gemm_float8(p);
+    std::vector<double> want, abs_sum;
+    abt_reference(qa.values, qb.values, c.m, c.k, c.n, &want, &abs_sum);
+    const double unit = c.c == DType::bf16 ? 0x1p-8 : c.c == DType::f16 ? 0x1p-11 : 0x1p-24;
+    const auto got = out.to_host_floats();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double b = c.bias ? bias_values[i % static_cast<std::size_t>(c.n)] : 0.0;
+      const double w = want[i] + (c.accumulate ? c0[i] : 0.0) + b;
+      // cuBLASLt's bias epilogue may round the product before adding the bias: a second rounding.
+      const double tol = kAccumulation * (abs_sum[i] + std::fabs(w)) + unit * (std::fabs(w) + std::fabs(w - b)) + 1e-30;
+      ASSERT_NEAR(got[i], w, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << " element " << i;
+    }
+  }
+  kernels::Float8GemmParams both_e5m2;
+  both_e5m2.m = both_e5m2.n = both_e5m2.k = 16;
+  both_e5m2.a_dtype = both_e5m2.b_dtype = DType::f8e5m2;
+  EXPECT_THAT([&] { kernels::gemm_float8(both_e5m2); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("at most one f8e5m2 operand")));
+  kernels::Float8GemmParams f32_bias = both_e5m2;
+  f32_bias.b_dtype = DType::f8e4m3;
+  f32_bias.c_dtype = DType::f32;
+  const float one = 1.0f;
+  f32_bias.a = f32_bias.b = f32_bias.bias = &one;
+  f32_bias.c = &f32_bias;
+  f32_bias.a_scale = f32_bias.b_scale = &one;
+  f32_bias.ldc = 16;
+  EXPECT_THAT([&] { kernels::gemm_float8(f32_bias); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected a bias with a bf16 or f16 C")));
+}
+
+// Which problems run on FP8 tensor cores: on a Hopper build (BMT_TEST_EXPECT_FP8_TENSOR_CORES)
+// a block's aligned shapes must, or the FP8 layers would silently run at f32's rate; a k that is
+// not a multiple of 16 never does, nor anything on the host build.
+TEST(Float8Gemm, AlignedProblemsRunOnTensorCoresOnHopper) {
+  const Tensor a = Tensor::zeros({64, 64}, DType::f8e4m3), b = Tensor::zeros({128, 64}, DType::f8e5m2);
+  const Tensor odd = Tensor::zeros({64, 19}, DType::f8e4m3), odd_b = Tensor::zeros({128, 19}, DType::f8e4m3);
+  const Tensor scale = Tensor::from_floats({1.0f}, {}), c = Tensor::zeros({64, 128}, DType::bf16);
+  kernels::Float8GemmParams p;
+  p.m = 64, p.n = 128, p.k = 64;
+  p.a = a.data(), p.a_scale = scale.data_as<float>();
+  p.b = b.data(), p.b_dtype = DType::f8e5m2, p.b_scale = scale.data_as<float>();
+  p.c = c.data(), p.ldc = 128;
+  kernels::Float8GemmParams unaligned = p;
+  unaligned.k = 19;
+  unaligned.a = odd.data(), unaligned.b = odd_b.data(), unaligned.b_dtype = DType::f8e4m3;
+#ifdef BMT_TEST_EXPECT_FP8_TENSOR_CORES
+  EXPECT_TRUE(kernels::gemm_float8_on_tensor_cores(p));
+#else
+  EXPECT_FALSE(kernels::gemm_float8_on_tensor_cores(p));
+#endif
+  EXPECT_FALSE(kernels::gemm_float8_on_tensor_cores(unaligned));
+}
+
+// float8_linear's forward and both gradients:
+//  - against the same products of the reference's quantized values (x, W e4m3; dy e5m2) in double:
+//    within the sums' accuracy and the output dtype's rounding (the layer computes exactly these);
+//  - against the exact products in double, within the FP8 error bound. A quantized value is
+//    v (1 + d) + s with |d| <= 2^-(p+1) for p mantissa bits (e4m3 2^-4, e5m2 2^-3) and |s| at most
+//    half the subnormal quantum over the scale (2^-10 amax/448 for e4m3, 2^-17 amax/57344 for
+//    e5m2), so a product a b is off by at most |a b| (da + db + da db) + |a| sb + |b| sa + sa sb,
+//    summed over the k terms, plus the output's rounding.
+struct Fp8Bound {
+  double rel, sub;  // 2^-(p+1), and the subnormal half-quantum over the scale per unit amax
+};
+constexpr Fp8Bound kE4M3Bound{0x1p-4, 0x1p-10 / 448.0};
+constexpr Fp8Bound kE5M2Bound{0x1p-3, 0x1p-17 / 57344.0};
+
+double amax_of(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+// |A B^T - exact| <= the bound above, A [m, k] of format fa, B [n, k] of format fb.
+void expect_within_fp8_bound(const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b,
+                             std::int64_t m, std::int64_t k, std::int64_t n, Fp8Bound fa, Fp8Bound fb, double unit,
+                             const std::string& what) {
+  const double sa = fa.sub * amax_of(a), sb = fb.sub * amax_of(b);
+  int reported = 0;
+  double worst = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double exact = 0, bound = 0;
+      for (std::int64_t t = 0; t < k; ++t) {
+        const double x = a[static_cast<std::size_t>(i * k + t)], y = b[static_cast<std::size_t>(j * k + t)];
+        exact += x * y;
+        bound += std::fabs(x * y) * (fa.rel + fb.rel + fa.rel * fb.rel) + std::fabs(x) * sb + std::fabs(y) * sa + sa * sb;
+      }
+      bound = bound * (1 + 0x1p-20) + unit * (std::fabs(exact) + bound) + 1e-30;
+      const double err = std::fabs(got[static_cast<std::size_t>(i * n + j)] - exact);
+      worst = std::max(worst, err / bound);
+      if (!(err <= bound) && reported++ < 5)
+        ADD_FAILURE() << what << " (" << i << ", " << j << "): " << got[static_cast<std::size_t>(i * n + j)]
+                      << " against exact " << exact << ", bound " << bound;
+    }
+  // The bound is not so loose that it could not fail: the errors use a fair part of it.
+  EXPECT_GT(worst, 0.01) << what;
+}
+
+TEST(Float8Linear, ForwardAndGradientsMatchTheQuantizedProductsAndTheFp8Bound) {
+  const std::int64_t rows = 48, in = 32, out = 40;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string name = dtype_name(dt);
+    const auto xv = rounded(spread_floats(rows * in, 61, 4.0f), dt);
+    const auto wv = rounded(spread_floats(out * in, 62, 0.1f), dt);
+    const auto bv = rounded(random_floats(out, 63), dt);
+    const auto gv = rounded(spread_floats(rows * out, 64, 1e-3f), dt);
+    Tensor x = Tensor::from_floats(xv, {2, rows / 2, in}, dt).set_requires_grad(true);
+    Tensor w = Tensor::from_floats(wv, {out, in}, dt).set_requires_grad(true);
+    Tensor b = Tensor::from_floats(bv, {out}, dt).set_requires_grad(true);
+    Tensor y = float8_linear(x, w, b);
+    ASSERT_EQ(y.shape(), (Shape{2, rows / 2, out}));
+    ASSERT_EQ(y.dtype(), dt);
+    y.backward(Tensor::from_floats(gv, {2, rows / 2, out}, dt));
+    const auto yv = y.to_host_floats(), dxv = x.grad().to_host_floats(), dwv = w.grad().to_host_floats();
+    const auto dbv = b.grad().to_host_floats();
+    const double unit = dt == DType::bf16 ? 0x1p-8 : 0x1p-24;
+
+    // The same products of the reference's quantized values.
+    const Float8Reference qx = float8_quantize(kE4M3, xv), qw = float8_quantize(kE4M3, wv),
+                          qg = float8_quantize(kE5M2, gv);
+    std::vector<double> want, abs_sum;
+    const auto check = [&](const std::vector<float>& got, const std::vector<double>& bias, const std::string& what) {
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double w_i = want[i] + (bias.empty() ? 0.0 : bias[i % bias.size()]);
+        const double tol = kAccumulation * (abs_sum[i] + std::fabs(w_i)) + 2 * unit * (std::fabs(w_i) + abs_sum[i]) + 1e-30;
+        ASSERT_NEAR(got[i], w_i, tol) << name << " " << what << " element " << i;
+      }
+    };
+    abt_reference(qx.values, qw.values, rows, in, out, &want, &abs_sum);
+    check(yv, std::vector<double>(bv.begin(), bv.end()), "y");
+    abt_reference(qg.values, transpose_of(qw.values, out, in), rows, out, in, &want, &abs_sum);
+    check(dxv, {}, "dx");
+    abt_reference(transpose_of(qg.values, rows, out), transpose_of(qx.values, rows, in), out, rows, in, &want,
+                  &abs_sum);
+    check(dwv, {}, "dW");
+    for (std::int64_t o = 0; o < out; ++o) {  // the bias gradient: column sums of dy, unquantized
+      double s = 0;
+      for (std::int64_t r = 0; r < rows; ++r) s += gv[static_cast<std::size_t>(r * out + o)];
+      EXPECT_NEAR(dbv[static_cast<std::size_t>(o)], s, 1e-6 + 2 * unit * std::fabs(s)) << name << " db " << o;
+    }
+
+    // Against the exact products, within the FP8 bound (y without a bias).
+    NoGradGuard no_grad;
+    const auto y_nobias = float8_linear(x, w).to_host_floats();
+    expect_within_fp8_bound(y_nobias, xv, wv, rows, in, out, kE4M3Bound, kE4M3Bound, unit, name + " y");
+    expect_within_fp8_bound(dxv, gv, transpose_of(wv, out, in), rows, out, in, kE5M2Bound, kE4M3Bound, unit,
+                            name + " dx");
+    expect_within_fp8_bound(dwv, transpose_of(gv, rows, out), transpose_of(xv, rows, in), out, rows, in, kE5M2Bound,
+                            kE4M3Bound, unit, name + " dW");
+  }
+}
+
+// dW goes into a gradient the weight already has (beta 1), and dx into one x already has.
+TEST(Float8Linear, GradientsAddToThoseAlreadyThere) {
+  const auto xv = random_floats(16 * 32, 71), wv = random_floats(8 * 32, 72), gv = random_floats(16 * 8, 73);
+  const auto run = [&](int uses) {
+    Tensor x = Tensor::from_floats(xv, {16, 32}).set_requires_grad(true);
+    Tensor w = Tensor::from_floats(wv, {8, 32}).set_requires_grad(true);
+    Tensor g = Tensor::from_floats(gv, {16, 8});
+    Tensor y = float8_linear(x, w);
+    for (int i = 1; i < uses; ++i) y = add(y, float8_linear(x, w));
+    y.backward(g);
+    return std::make_pair(x.grad().to_host_floats(), w.grad().to_host_floats());
+  };
+  const auto once = run(1), twice = run(2);
+  for (std::size_t i = 0; i < once.first.size(); ++i) EXPECT_NEAR(twice.first[i], 2 * once.first[i], 1e-5) << i;
+  for (std::size_t i = 0; i < once.second.size(); ++i) EXPECT_NEAR(twice.second[i], 2 * once.second[i], 1e-5) << i;
+}
+
+// Under outputs on demand (a block's recompute) the forward GEMM runs when y is first used, with
+// the codes prepare made: the same y; and backward gives the same gradients whether y is ever read.
+TEST(Float8Linear, OutputsOnDemandGiveTheSameValuesAndGradients) {
+  const auto xv = random_floats(16 * 32, 91), wv = random_floats(24 * 32, 92), bv = random_floats(24, 93);
+  const auto gv = random_floats(16 * 24, 94);
+  const auto run = [&](bool on_demand, bool read_y) {
+    Tensor x = Tensor::from_floats(xv, {16, 32}).set_requires_grad(true);
+    Tensor w = Tensor::from_floats(wv, {24, 32}).set_requires_grad(true);
+    Tensor b = Tensor::from_floats(bv, {24}).set_requires_grad(true);
+    Tensor y;
+    {
+      std::optional<autograd::OutputsOnDemandGuard> guard;
+      if (on_demand) guard.emplace();
+      y = float8_linear(x, w, b);
+    }
+    std::vector<float> values;
+    if (read_y) values = y.to_host_floats();
+    y.backward(Tensor::from_floats(gv, {16, 24}));
+    return std::vector<std::vector<float>>{values, x.grad().to_host_floats(), w.grad().to_host_floats(),
+                                           b.grad().to_host_floats()};
+  };
+  const auto plain = run(false, true), read = run(true, true), unread = run(true, false);
+  EXPECT_EQ(read, plain);
+  for (std::size_t i = 1; i < plain.size(); ++i) EXPECT_EQ(unread[i], plain[i]) << "gradient " << i;
+}
+
+TEST(Float8Linear, EmptyShapesAndMisuse) {
+  Tensor none = Tensor::zeros({0, 16}).set_requires_grad(true);
+  Tensor w = Tensor::from_floats(random_floats(4 * 16, 81), {4, 16}).set_requires_grad(true);
+  Tensor y = float8_linear(none, w);
+  EXPECT_EQ(y.shape(), (Shape{0, 4}));
+  y.backward(Tensor::zeros({0, 4}));
+  for (float g : w.grad().to_host_floats()) EXPECT_EQ(g, 0.0f);
+  const Tensor b = Tensor::from_floats({1, 2, 3}, {3});
+  const Tensor wide = Tensor::zeros({2, 0});
+  EXPECT_EQ(float8_linear(wide, Tensor::zeros({3, 0}), b).to_host_floats(), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+  EXPECT_THAT([&] { float8_linear(Tensor::zeros({2, 5}), Tensor::zeros({3, 4})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected input [..., in] and weight [out, in]")));
+  EXPECT_THAT([&] { float8_linear(Tensor::zeros({2, 4}), Tensor::zeros({3, 4}, DType::bf16)); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("of one floating dtype")));
+}
+
+}  // namespace
+}  // namespace bmt
