@@ -10,12 +10,21 @@ cmake_minimum_required(VERSION 3.25)
 set(page ${SOURCE_DIR}/docs/ARCHITECTURE.md)
 file(READ ${page} text)
 
+# The text of the page's section `heading`, from the line after its heading to the next section.
+function(page_section heading out)
+  string(REGEX MATCH "\n## ${heading}\n.*" section "${text}")
+  if(NOT section)
+    message(FATAL_ERROR "expected a '## ${heading}' section in ${page}, found none")
+  endif()
+  string(LENGTH "\n## ${heading}\n" skip)
+  string(SUBSTRING "${section}" ${skip} -1 section)
+  string(FIND "${section}" "\n## " end)
+  string(SUBSTRING "${section}" 0 ${end} section)
+  set(${out} "${section}" PARENT_SCOPE)
+endfunction()
+
 # The layers, top first: the diagram's lines " name   what" (continuation lines are indented more).
-string(FIND "${text}" "## Layers\n" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "expected a '## Layers' section in ${page}, found none")
-endif()
-string(SUBSTRING "${text}" ${at} -1 rest)
+page_section("Layers" rest)
 string(FIND "${rest}" "```\n" open)
 string(SUBSTRING "${rest}" ${open} -1 rest)
 string(SUBSTRING "${rest}" 4 -1 rest)
@@ -72,14 +81,7 @@ endforeach()
 # The "Where is X" tables: the second cell of each row. Paths are under include/bmtrain/ or lib/
 # unless they start with a top-level folder; a bare file name is in the folder of the path before
 # it in the cell; {a,b} stands for each of a and b; <...> is a placeholder and is not checked.
-string(FIND "${text}" "## Where is X\n" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "expected a '## Where is X' section in ${page}, found none")
-endif()
-string(SUBSTRING "${text}" ${at} -1 index)
-string(SUBSTRING "${index}" 14 -1 index)  # past the heading
-string(FIND "${index}" "\n## " end)
-string(SUBSTRING "${index}" 0 ${end} index)
+page_section("Where is X" index)
 string(REPLACE ";" "," index "${index}")  # the lines become a list
 string(REPLACE "\n" ";" lines "${index}")
 set(top_folders apps bench cmake docs examples include lib scripts spack test)
