@@ -5,6 +5,7 @@
 #   <prefix>/lib/libbmtrain.{a,so}
 #   <prefix>/lib/cmake/bmtrain/                bmtrainConfig.cmake, version, targets, helper modules
 #   <prefix>/lib/pkgconfig/bmtrain.pc          for pkg-config (host builds; cmake/BmtPkgConfig.cmake)
+#   <prefix>/share/doc/bmtrain/LICENSE         the license (Apache-2.0)
 # The include directory of the exported target is lib/CMakeLists.txt's INSTALL_INTERFACE entry
 # (GNUInstallDirs is included before lib/).
 include(GNUInstallDirs)
@@ -53,5 +54,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/bmtrainConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/bmtrainConfig.cmake ${PROJECT_BINARY_DIR}/bmtrainConfigVersion.cmake
               ${CMAKE_CURRENT_LIST_DIR}/BmtKokkosIncludes.cmake ${CMAKE_CURRENT_LIST_DIR}/FindNCCL.cmake
         DESTINATION ${BMT_INSTALL_CMAKEDIR})
+
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 include(BmtPkgConfig)  # <prefix>/lib/pkgconfig/bmtrain.pc (host builds)

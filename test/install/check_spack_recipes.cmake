@@ -1,11 +1,11 @@
 # The two Spack recipes (classic layout and Spack >= 1.0 layout) must be the same recipe: equal from
 # the first definition on, differing only in their header and imports. Both must parse as Python,
 # and both repositories must declare the namespace bmtrain. The recipe must say where its sources
-# come from (homepage, git), pin each release by tag and commit (checked against the repository
-# where it has them: the tag names that commit, whose CMakeLists.txt has that version), offer
-# develop, declare a license exactly when the repository has one, ask only for the compilers the
-# project enables, limit BLAS to CBLAS providers and pass it to CMake, and leave Kokkos' OpenMP
-# backend alone unless +openmp asks for it.
+# come from (homepage, git), offer the branch main, pin each release by tag and commit (checked
+# against the repository where it has its history: the tag exists and names that commit, whose
+# CMakeLists.txt has that version), declare the license of the repository's LICENSE file, ask only
+# for the compilers the project enables, ask for Kokkos 4 with +cuda, limit BLAS to CBLAS providers
+# and pass it to CMake, and leave Kokkos' OpenMP backend alone unless +openmp asks for it.
 #   cmake -DSOURCE_DIR=<checkout> [-DPYTHON=<python3>] [-DGIT=<git>] -P check_spack_recipes.cmake
 cmake_minimum_required(VERSION 3.25)
 set(classic ${SOURCE_DIR}/spack/packages/bmtrain/package.py)
@@ -57,7 +57,9 @@ endfunction()
 
 expect_in("${v2_text}" "a homepage" "\n +homepage = ")
 expect_in("${v2_text}" "a git repository" "\n +git = ")
-expect_in("${v2_text}" "version(\"develop\", branch=\"main\")" "\n    version\\(\"develop\", branch=\"main\"\\)")
+expect_in("${v2_text}" "version(\"main\", branch=\"main\")" "\n    version\\(\"main\", branch=\"main\"\\)")
+expect_in("${v2_text}" "depends_on(\"kokkos@4: +cuda...\", when=\"+cuda\")"
+          "\n    depends_on\\(\"kokkos@4: \\+cuda[^\"]*\", when=\"\\+cuda\"\\)")
 expect_not_in("${v2_text}" "dependency forcing kokkos~openmp" "depends_on\\(\"kokkos[^\"]*~openmp")
 expect_in("${v2_text}" "a requirement limiting the BLAS provider to CBLAS ones on ~cuda"
           "requires\\([^)]*\\^\\[virtuals=blas\\][^)]*when=\"~cuda\"")
@@ -65,13 +67,18 @@ foreach(define BMT_BLAS_LIBRARIES CBLAS_INCLUDE_DIR)
   expect_in("${v2_text}" "self.define(\"${define}\", ...)" "self\\.define\\(\"${define}\"")
 endforeach()
 
-# A license exactly when the repository has one.
-file(GLOB license_files ${SOURCE_DIR}/LICENSE* ${SOURCE_DIR}/COPYING*)
-if(license_files)
-  expect_in("${v2_text}" "a license() for ${license_files}" "\n    license\\(")
-else()
-  expect_not_in("${v2_text}" "license() (the repository has no LICENSE or COPYING file)" "\n    license\\([^)]*\\)")
+# The license of the repository's LICENSE file, by its SPDX identifier.
+if(NOT EXISTS ${SOURCE_DIR}/LICENSE)
+  message(FATAL_ERROR "expected a LICENSE file in ${SOURCE_DIR}, found none")
 endif()
+file(READ ${SOURCE_DIR}/LICENSE license_text)
+if(license_text MATCHES "Apache License[ \n]+Version 2\\.0")
+  set(spdx "Apache-2.0")
+else()
+  message(FATAL_ERROR "expected ${SOURCE_DIR}/LICENSE to be the Apache License 2.0, found another text "
+                      "(name its SPDX identifier here)")
+endif()
+expect_in("${v2_text}" "license(\"${spdx}\") for ${SOURCE_DIR}/LICENSE" "\n    license\\(\"${spdx}\"\\)")
 
 # The compilers the project enables, no more: project(... LANGUAGES ...) in CMakeLists.txt.
 file(READ ${SOURCE_DIR}/CMakeLists.txt top)
@@ -91,14 +98,23 @@ foreach(pair "C|c" "CXX|cxx" "Fortran|fortran")
   endif()
 endforeach()
 
-# Releases: version("x.y.z", tag="vx.y.z", commit="<40 hex digits>").
-string(REGEX MATCHALL "\n    version\\(\"[0-9][^\"]*\"[^\n]*" releases "${v2_text}")
-if(NOT releases)
-  message(FATAL_ERROR "expected a release version(\"x.y.z\", tag=\"vx.y.z\", commit=...) in ${v2}, found none")
+# Releases (none until the repository has a tag): version("x.y.z", tag="vx.y.z", commit="<sha>").
+# Where the checkout has its history (a git repository, not shallow), the tag must exist there.
+set(full_history FALSE)
+if(GIT AND EXISTS ${SOURCE_DIR}/.git)
+  execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} rev-parse --is-shallow-repository
+                  OUTPUT_VARIABLE shallow OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE git_failed ERROR_QUIET)
+  if(git_failed EQUAL 0 AND shallow STREQUAL "false")
+    set(full_history TRUE)
+  endif()
 endif()
-foreach(line IN LISTS releases)
+string(REGEX MATCHALL "\n    version\\([^\n]*" versions "${v2_text}")
+foreach(line IN LISTS versions)
+  if(line MATCHES "version\\(\"main\", branch=\"main\"\\)")
+    continue()
+  endif()
   if(NOT line MATCHES "version\\(\"([0-9]+\\.[0-9]+\\.[0-9]+)\", tag=\"([^\"]+)\", commit=\"([0-9a-f]+)\"\\)")
-    message(FATAL_ERROR "expected a release as version(\"x.y.z\", tag=\"vx.y.z\", commit=\"<sha>\"), found:${line}")
+    message(FATAL_ERROR "expected the branch main or a release as version(\"x.y.z\", tag=\"vx.y.z\", commit=\"<sha>\"), found:${line}")
   endif()
   set(release ${CMAKE_MATCH_1})
   set(tag ${CMAKE_MATCH_2})
@@ -110,24 +126,25 @@ foreach(line IN LISTS releases)
   if(NOT n EQUAL 40)
     message(FATAL_ERROR "expected release ${release}'s commit as 40 hex digits, found ${commit}")
   endif()
-  # Against the repository, as far as this checkout has it (a shallow clone may have neither).
-  if(GIT AND EXISTS ${SOURCE_DIR}/.git)
-    execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} rev-parse -q --verify "refs/tags/${tag}^{commit}"
-                    OUTPUT_VARIABLE tagged OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE no_tag ERROR_QUIET)
-    if(no_tag EQUAL 0 AND NOT tagged STREQUAL commit)
-      message(FATAL_ERROR "expected tag ${tag} to name commit ${commit} as the recipe pins it, found ${tagged}")
-    endif()
-    execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} show "${commit}:CMakeLists.txt"
-                    OUTPUT_VARIABLE released RESULT_VARIABLE no_commit ERROR_QUIET)
-    if(no_commit EQUAL 0)
-      if(NOT released MATCHES "project\\(bmtrain VERSION ${release}[ )]")
-        message(FATAL_ERROR "expected commit ${commit} (${tag}) to be bmtrain ${release}, found its CMakeLists.txt says otherwise")
-      endif()
-      message("release ${release}: commit ${commit} is bmtrain ${release}")
-    else()
-      message("release ${release}: commit ${commit} is not in this checkout; not compared")
-    endif()
+  if(NOT full_history)
+    message("release ${release}: this checkout has no full git history; tag and commit not compared")
+    continue()
   endif()
+  execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} rev-parse -q --verify "refs/tags/${tag}^{commit}"
+                  OUTPUT_VARIABLE tagged OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE no_tag ERROR_QUIET)
+  if(NOT no_tag EQUAL 0)
+    message(FATAL_ERROR "expected tag ${tag} in the repository for release ${release}, found none "
+                        "(spack cannot fetch it; tag the release or remove the version)")
+  endif()
+  if(NOT tagged STREQUAL commit)
+    message(FATAL_ERROR "expected tag ${tag} to name commit ${commit} as the recipe pins it, found ${tagged}")
+  endif()
+  execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} show "${commit}:CMakeLists.txt"
+                  OUTPUT_VARIABLE released ERROR_QUIET)
+  if(NOT released MATCHES "project\\(bmtrain VERSION ${release}[ )]")
+    message(FATAL_ERROR "expected commit ${commit} (${tag}) to be bmtrain ${release}, found its CMakeLists.txt says otherwise")
+  endif()
+  message("release ${release}: tag ${tag} names commit ${commit}, bmtrain ${release}")
 endforeach()
 
 if(PYTHON)

@@ -6,7 +6,7 @@
 #   cmake -DBUILD_DIR=... -DWORK_DIR=... -DSOURCE_DIR=... [the -D options below] -P install_and_run.cmake
 # Lists (the launcher's flags, CUDA architectures) arrive with '|' in place of ';'. A CUDA build
 # also passes CUDA_COMPILER and CUDA_ARCHITECTURES for the downstream project.
-foreach(var BUILD_DIR BINDIR LIBDIR INCLUDEDIR CMAKEDIR WORK_DIR SOURCE_DIR GENERATOR CXX_COMPILER
+foreach(var BUILD_DIR BINDIR LIBDIR INCLUDEDIR CMAKEDIR DOCDIR WORK_DIR SOURCE_DIR GENERATOR CXX_COMPILER
             BUILD_TYPE EXPECT_KOKKOS_DIR MPIEXEC NUMPROC_FLAG MAX_NP PKG_CONFIG MAKE MPI_CXX_COMPILER)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install_and_run.cmake: expected -D${var}=..., found none")
@@ -41,7 +41,7 @@ endfunction()
 run_step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} --config ${BUILD_TYPE})
 foreach(f ${INCLUDEDIR}/bmtrain/bmtrain.hpp ${INCLUDEDIR}/bmtrain/zero/checkpoint_block.hpp ${BINDIR}/bmt-train
           ${CMAKEDIR}/bmtrainConfig.cmake ${CMAKEDIR}/bmtrainConfigVersion.cmake ${CMAKEDIR}/bmtrainTargets.cmake
-          ${CMAKEDIR}/BmtKokkosIncludes.cmake ${CMAKEDIR}/FindNCCL.cmake)
+          ${CMAKEDIR}/BmtKokkosIncludes.cmake ${CMAKEDIR}/FindNCCL.cmake ${DOCDIR}/LICENSE)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "expected ${prefix}/${f} after cmake --install, found none")
   endif()

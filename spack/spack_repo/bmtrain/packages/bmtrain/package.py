@@ -34,19 +34,20 @@ class Bmtrain(CMakePackage, CudaPackage):
     # The project has no public web page or repository host: its README is its home page and the
     # sources come from the git repository this recipe lives in. A site that keeps the project
     # elsewhere points Spack there in packages.yaml (packages: bmtrain: package_attributes: git:
-    # <url>), and `spack mirror create` archives the pinned versions for machines that reach
-    # neither (docs/INSTALL.md, "Spack").
-    # No license(): the repository declares none (no LICENSE file, no statement in its docs).
+    # <url>), and `spack mirror create` archives a version pinned to a commit for machines that
+    # reach neither (docs/INSTALL.md, "Spack").
     # No maintainers(): the repository names no maintainer accounts.
     _checkout = _source_tree()
     if _checkout:
         homepage = "file://" + os.path.join(_checkout, "README.md")
         git = "file://" + _checkout
 
-    # Releases: a tag and the commit it must point to (the commit is the checksum: a moved tag
-    # fails the fetch). develop follows main; `spack develop` builds a working copy instead.
-    version("develop", branch="main")
-    version("0.1.0", tag="v0.1.0", commit="224866ebc1676fd61e17ff961648494c2fc95f5f")
+    license("Apache-2.0")
+
+    # The branch main: the repository has no release tags yet. A release is added as
+    # version("x.y.z", tag="vx.y.z", commit="<the 40-hex commit the tag names>"), the commit being
+    # the checksum (a moved tag fails the fetch); `spack develop` builds a working copy instead.
+    version("main", branch="main")
 
     variant("openmp", default=False, description="Require Kokkos' OpenMP backend for the host kernels")
     variant("tests", default=False, description="Build the test suite and benchmarks (ctest)")
@@ -76,9 +77,10 @@ class Bmtrain(CMakePackage, CudaPackage):
     # an existing kokkos+openmp serves too (the kernels then run on OpenMP).
     depends_on("kokkos@3.4:4 +serial")
     depends_on("kokkos+openmp", when="+openmp")
-    # The library compiles its sources as the CUDA language (CMake), so Kokkos must too
-    # (+cmake_lang, a Kokkos variant from 3.6 on).
-    depends_on("kokkos+cuda+cmake_lang", when="+cuda")
+    # The CUDA build takes Kokkos 4 only, as docs/INSTALL.md says (Kokkos 3's CUDA backend
+    # predates the CUDA versions and GPUs the build targets). The library compiles its sources as
+    # the CUDA language (CMake), so Kokkos must too (+cmake_lang).
+    depends_on("kokkos@4: +cuda+cmake_lang", when="+cuda")
     # KOKKOS_LAMBDA on the device needs extended lambdas: always on from Kokkos 4.1, an option
     # before (deprecated from 4.1; Spack's Kokkos 5 has no such variant), so asked only of those
     # versions. A conflict, since a dependency conditional on Kokkos itself fails `spack audit`.
