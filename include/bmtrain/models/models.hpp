@@ -8,3 +8,4 @@
 #include "bmtrain/models/llama_block.hpp"
 #include "bmtrain/models/memory_plan.hpp"
 #include "bmtrain/models/model_config.hpp"
+#include "bmtrain/models/recompute_plan.hpp"

@@ -1,0 +1,48 @@
+#pragma once
+// Recompute only what does not fit: which blocks of a CausalLM keep their activations from forward
+// to backward, and whether the recomputed ones keep their attention outputs and residual sums, for
+// the memory a rank has left for activations. The activation sizes come from what the blocks' ops
+// save for backward (a model of bytes a token; the test holds it to the allocator's counters).
+//
+//   auto e = bmt::optim::estimate_memory(bmt::models::memory_plan(config, options, world));
+//   double left = free_device_bytes - e.device_state - e.device_buffers;
+//   auto plan = bmt::models::plan_recompute(config, options, rows_per_rank, seq, left);
+//   // plan.options: the CausalLMOptions to build the model with; plan.fits says whether even
+//   // recomputing every block fits.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bmtrain/models/causal_lm.hpp"
+#include "bmtrain/models/model_config.hpp"
+
+namespace bmt::models {
+
+// Bytes of activations one micro-batch of `tokens` tokens (rows x seq, on one rank) holds.
+struct ActivationSizes {
+  double kept_block = 0;      // a block that keeps its activations, from forward to backward
+  double recomputed_block = 0;  // a block that recomputes: its input
+  double kept_attention = 0;  // more, a recomputed block keeping its attention outputs
+  double kept_residual = 0;   // more, a recomputed block keeping its residual sums
+  double fixed = 0;  // the rest of a step at its peak: embeddings, the head and loss, the last
+                     // block's recompute and its gradients in backward
+};
+ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
+
+struct RecomputePlan {
+  CausalLMOptions options;  // the input's, with keep_blocks, keep_attention and keep_residual chosen
+  double activation_bytes = 0;  // the plan's activations at the step's peak
+  bool fits = false;            // activation_bytes <= the budget
+  std::int64_t layers = 0;
+  std::string summary() const;  // "12 of 32 blocks kept, the others keep attention and residual sums"
+};
+
+// The plan that keeps the most within `budget_bytes` of activations for micro-batches of `tokens`
+// tokens: first each recomputed block's attention outputs, then its residual sums (per byte they
+// save the recompute the most), then whole blocks from the last (whose activations backward frees
+// first). With nothing kept it may still not fit: fits is false, and activation_bytes says by how
+// much. zero_level 2 or no checkpointing in `options` are kept as they are (nothing to choose).
+RecomputePlan plan_recompute(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens,
+                             double budget_bytes);
+
+}  // namespace bmt::models

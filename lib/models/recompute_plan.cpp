@@ -1,0 +1,99 @@
+#include "bmtrain/models/recompute_plan.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "bmtrain/runtime/dtype.hpp"
+
+namespace bmt::models {
+
+ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& options, std::int64_t tokens) {
+  const double N = static_cast<double>(tokens), e = static_cast<double>(dtype_size(c.dtype));
+  const double C = static_cast<double>(c.dim), F = static_cast<double>(c.ffn), H = static_cast<double>(c.heads);
+  const double Kv = static_cast<double>(c.kv_head_count() * c.head_dim());
+  // What the ops save for backward, a token at a time: the block's input, and for GPT-2 ln_1's
+  // output, the QKV projection's, attention's, the residual sum, ln_2's output and the MLP's hidden
+  // activations before and after the GELU; for Llama the two norms' outputs, the rotated q and k, v,
+  // attention's output, the residual sum, and the SwiGLU's gate, up and product. Attention keeps its
+  // logsumexp (f32 a head) and each norm its row statistics.
+  const double saved = c.arch == "gpt2" ? e * (8 * C + 2 * F) : e * (6 * C + 2 * Kv + 3 * F);
+  ActivationSizes s;
+  s.kept_block = N * (saved + 4 * H + 16);
+  s.recomputed_block = N * e * C;  // the block's input, from which backward recomputes it
+  s.kept_attention = N * (e * C + 4 * H);
+  s.kept_residual = N * e * C;
+  // The head's logits (or a chunk of them), the embedding and the final norm's outputs; in
+  // backward, a recomputed block's activations and their gradients beside the kept ones.
+  const double logit_rows = options.loss_chunk_rows > 0 ? std::min<double>(N, options.loss_chunk_rows) : N;
+  s.fixed = logit_rows * static_cast<double>(c.vocab) * e + 3 * N * e * C + 2 * s.kept_block;
+  return s;
+}
+
+namespace {
+
+double activations(const ActivationSizes& s, const CausalLMOptions& o, std::int64_t layers) {
+  double total = s.fixed;
+  for (std::int64_t i = 0; i < layers; ++i) {
+    const CheckpointOptions b = block_options(o, layers, i);
+    if (!b.use_checkpoint) {
+      total += s.kept_block;
+      continue;
+    }
+    total += s.recomputed_block + (b.keep_attention ? s.kept_attention : 0) + (b.keep_residual ? s.kept_residual : 0);
+  }
+  return total;
+}
+
+}  // namespace
+
+RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& options, std::int64_t tokens,
+                             double budget_bytes) {
+  const ActivationSizes s = activation_sizes(c, options, tokens);
+  RecomputePlan plan;
+  plan.options = options;
+  // Nothing to choose: every block keeps its activations, or ZeRO level 2 keeps every gathered block.
+  const bool choose = options.checkpoint.use_checkpoint && options.checkpoint.zero_level == 3;
+  if (choose) {
+    CausalLMOptions o = options;
+    o.keep_blocks = 0;
+    o.checkpoint.keep_attention = o.checkpoint.keep_residual = false;
+    // Each step keeps more; the last that fits is the plan.
+    std::vector<CausalLMOptions> steps{o};
+    o.checkpoint.keep_attention = true;
+    steps.push_back(o);
+    o.checkpoint.keep_residual = true;
+    steps.push_back(o);
+    for (std::int64_t k = 1; k <= c.layers; ++k) {
+      o.keep_blocks = k;
+      steps.push_back(o);
+    }
+    // activations() grows along the steps: the last that fits is found by bisection.
+    std::size_t lo = 0, hi = steps.size();
+    while (hi - lo > 1) {
+      const std::size_t mid = (lo + hi) / 2;
+      (activations(s, steps[mid], c.layers) <= budget_bytes ? lo : hi) = mid;
+    }
+    plan.options = steps[lo];
+  }
+  plan.activation_bytes = activations(s, plan.options, c.layers);
+  plan.fits = plan.activation_bytes <= budget_bytes;
+  plan.layers = c.layers;
+  return plan;
+}
+
+std::string RecomputePlan::summary() const {
+  std::ostringstream os;
+  const auto& k = options.checkpoint;
+  if (!k.use_checkpoint || options.keep_blocks >= layers) return "every block keeps its activations";
+  if (k.zero_level == 2) return "every block recomputed, keeping its gathered parameters (ZeRO level 2)";
+  os << options.keep_blocks << " of " << layers << " blocks kept whole";
+  if (k.keep_attention || k.keep_residual)
+    os << ", the others recomputed keeping their "
+       << (k.keep_attention && k.keep_residual ? "attention outputs and residual sums"
+                                                : k.keep_attention ? "attention outputs" : "residual sums");
+  else
+    os << ", the others recomputed";
+  return os.str();
+}
+
+}  // namespace bmt::models
