@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from fsdp2_gpt import print_result, shard, timed_steps
 
-# bmt-train's presets (apps/bmt-train/model.cpp), as the hub's config.json files give them:
+# bmt-train's presets (bmt::models::preset), as the hub's config.json files give them:
 # vocab, hidden, layers, heads, kv heads, intermediate, context, rope theta, rope scaling, tied.
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8192}
