@@ -38,6 +38,7 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
                   o.offload ? (o.offload_delayed ? "  optimizer offloaded (delayed update)" : "  optimizer offloaded")
                             : "",
                   o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
+                  o.fp8 ? "  blocks' linear layers in FP8" : "",
                   bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");
   bmt::print_rank("| batch ", o.batch, " x ", o.seq, " = ", tokens_per_step, " tokens/step  (", f.local_batch,
                   " sequences/rank, ", f.accumulation, " micro-batch", f.accumulation > 1 ? "es" : "", " of ",
@@ -45,9 +46,13 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts&
   bmt::print_rank("| data ", o.data,
                   f.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(f.entropy_rate) + ")" : std::string(),
                   "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
+  bmt::print_rank("| state per parameter (", o.moments, " moments", o.offload ? ", offloaded" : "", "): ",
+                  f.memory.forward_device_bytes_per_parameter, " bytes on the device during forward, ",
+                  f.memory.device_bytes_per_parameter, " at the peak, ", f.memory.host_bytes_per_parameter,
+                  " on the host; each / ", world, " ranks");
   bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state (",
-                  f.memory.device_bytes_per_parameter, " bytes a parameter / ", world, ") + ",
-                  bytes_text(f.memory.buffers), " gather/gradient buffers + activations");
+                  bytes_text(f.memory.forward_sharded_state), " during forward) + ", bytes_text(f.memory.buffers),
+                  " gather/gradient buffers + activations");
   if (o.offload)
     bmt::print_rank("| host memory per rank: ", bytes_text(f.memory.host_state), " optimizer state (",
                     f.memory.host_bytes_per_parameter, " bytes a parameter / ", world, "), updated by ",

@@ -18,8 +18,17 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg,
   bmt::optim::MemoryPlan plan = bmt::models::memory_plan(cfg, model_options, world);
   plan.offload = o.offload;
   plan.accumulates = accumulation > 1;
+  plan.moments = bmt::parse_dtype(o.moments);
   const auto e = bmt::optim::estimate_memory(plan);
-  return {e.device_state, e.device_buffers, e.host_state, e.device_bytes_per_parameter, e.host_bytes_per_parameter};
+  MemoryEstimate m;
+  m.sharded_state = e.device_state;
+  m.forward_sharded_state = e.forward_device_state;
+  m.buffers = e.device_buffers;
+  m.host_state = e.host_state;
+  m.device_bytes_per_parameter = e.device_bytes_per_parameter;
+  m.forward_device_bytes_per_parameter = e.forward_device_bytes_per_parameter;
+  m.host_bytes_per_parameter = e.host_bytes_per_parameter;
+  return m;
 }
 
 void require_memory(const MemoryEstimate& e) {

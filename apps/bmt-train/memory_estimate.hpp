@@ -10,9 +10,11 @@ namespace bmt_train {
 
 struct MemoryEstimate {
   double sharded_state = 0;  // device bytes: parameter, gradient and (on the device) optimizer shards
+  double forward_sharded_state = 0;  // the same while a forward runs (the step gave the gradients back)
   double buffers = 0;        // device bytes: gather and gradient rings, kept gathered copies
   double host_state = 0;     // host bytes: the offloaded optimizer's state
-  double device_bytes_per_parameter = 0;  // before dividing by the world size
+  double device_bytes_per_parameter = 0;  // before dividing by the world size: at the peak
+  double forward_device_bytes_per_parameter = 0;  // and while a forward runs
   double host_bytes_per_parameter = 0;
   // Activations are not estimated.
 };

@@ -181,6 +181,7 @@ bmt::models::CausalLMOptions TrainOptions::model_options() const {
   m.checkpoint.keep_residual = keep_residual;
   m.keep_blocks = keep_blocks;
   m.loss_chunk_rows = loss_chunk;
+  m.fp8 = fp8;
   return m;
 }
 
@@ -232,7 +233,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; vocab=" << c.vocab << "; max_seq=" << c.max_seq << "; tie_embeddings=" << c.tie_embeddings
      << "; rope=" << c.rope.theta << "," << c.rope.factor << "," << c.rope.low_freq_factor << ","
      << c.rope.high_freq_factor << "," << c.rope.original_max_positions << "; norm_eps=" << c.norm_eps
-     << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; zero_level=" << o.zero_level
+     << "; dtype=" << bmt::dtype_name(c.dtype) << "; dropout=" << c.dropout << "; fp8=" << o.fp8 << "; zero_level=" << o.zero_level
      << "; checkpointing=" << o.checkpointing << "; keep_attention=" << o.keep_attention
      << "; keep_residual=" << o.keep_residual << "; keep_blocks=" << o.keep_blocks << "; prefetch=" << o.prefetch
      << "; offload=" << o.offload << "; offload_delayed=" << o.offload_delayed << "; loss_chunk=" << o.loss_chunk
@@ -240,7 +241,7 @@ std::string shared_description(const TrainOptions& o, const ModelConfig& c) {
      << "; micro_batch=" << o.micro_batch << "; seq=" << o.seq << "; seed=" << o.seed << "; steps=" << o.steps
      << "; lr=" << o.lr << "; min_lr=" << o.min_lr << "; schedule=" << o.schedule << "; warmup=" << o.warmup
      << "; weight_decay=" << o.weight_decay << "; beta1=" << o.beta1 << "; beta2=" << o.beta2
-     << "; grad_clip=" << o.grad_clip << "; loss_scale=" << o.loss_scale
+     << "; moments=" << o.moments     << "; grad_clip=" << o.grad_clip << "; loss_scale=" << o.loss_scale
      << "; stop_on_nonfinite=" << o.stop_on_nonfinite << "; eval_every=" << o.eval_every
      << "; eval_batches=" << o.eval_batches << "; save=" << o.save << "; save_every=" << o.save_every
      << "; keep_last=" << o.keep_last << "; resume=" << o.resume << "; export_hf=" << o.export_hf
@@ -282,6 +283,9 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add_whole("--vocab", o.vocab, "Override the preset's vocabulary size", size);
   t.add("--dtype", o.dtype, "Parameter and compute dtype: f32, bf16 or f16")->capture_default_str()->check(training_dtype());
   t.add("--dropout", o.dropout, "Dropout probability in the blocks")->capture_default_str();
+  t.add_flag("--fp8", o.fp8,
+             "Run the blocks' linear layers (attention projections and MLP) in FP8: e4m3 activations and weights, "
+             "e5m2 gradients, per-tensor scales, f32 sums; the embedding, final norm and head stay in --dtype");
 
   t.add_whole("--zero-level", o.zero_level, "3: gather parameters in forward and backward; 2: keep them from "
                                             "forward to backward", whole_number(2, 3, "2 or 3"))
@@ -337,6 +341,11 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
   t.add("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
   t.add("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  t.add("--moments", o.moments,
+        "AdamW's moments: f32, or bf16 (4 bytes a parameter fewer; betas of at most 0.99); master weights and the "
+        "update's arithmetic stay f32, and a resume converts the checkpoint's moments")
+      ->capture_default_str()
+      ->check(one_of({"f32", "bf16"}));
   t.add("--grad-clip", o.grad_clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   t.add("--loss-scale", o.loss_scale, "Initial loss scale (default 65536, dynamic, for f16; 1 otherwise)");
   t.add_flag("--stop-on-nonfinite", o.stop_on_nonfinite, "Stop instead of skipping a step with inf/nan gradients");
@@ -418,6 +427,11 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   finite_at_least("--dropout", o.dropout, 0.0f);
   for (auto [flag, beta] : {std::pair{"--beta1", o.beta1}, std::pair{"--beta2", o.beta2}})
     BMT_REQUIRE(beta >= 0.0f && beta < 1.0f, flag << ": expected a number in [0, 1), found " << beta);
+  // bf16 moments lose a smaller decay a step to rounding (bmt::optim::kMaxBf16MomentBeta).
+  for (auto [flag, beta] : {std::pair{"--beta1", o.beta1}, std::pair{"--beta2", o.beta2}})
+    BMT_REQUIRE(o.moments != "bf16" || beta <= bmt::optim::kMaxBf16MomentBeta,
+                flag << ": expected at most " << bmt::optim::kMaxBf16MomentBeta << " with --moments bf16, found "
+                     << beta);
   BMT_REQUIRE(std::isfinite(o.export_shard_gb) && o.export_shard_gb > 0.0,
               "--export-shard-gb: expected a positive size, found " << o.export_shard_gb);
   if (o.eval_only) {

@@ -20,6 +20,7 @@ struct TrainOptions {
   std::string init_from;  // a Hugging Face checkpoint directory: the model's shape and first weights
   std::string dtype = "f32";
   float dropout = 0.0f;
+  bool fp8 = false;  // the blocks' linear layers in FP8 (bmt::models::CausalLMOptions::fp8)
   // distribution and memory
   int zero_level = 3;
   bool checkpointing = true;  // recompute blocks in backward
@@ -46,6 +47,7 @@ struct TrainOptions {
   std::int64_t warmup = 5;
   float weight_decay = 0.1f;
   float beta1 = 0.9f, beta2 = 0.95f;
+  std::string moments = "f32";  // AdamW's moments: f32 or bf16
   float grad_clip = 1.0f;
   float loss_scale = 0.0f;  // 0: 65536 dynamic for f16, 1 otherwise
   bool stop_on_nonfinite = false;
@@ -72,7 +74,7 @@ struct TrainOptions {
   // The model the options describe: a preset with overrides, or --init-from's config.json (a flag
   // that disagrees with it is an error naming both values). Reads config.json on every call.
   ModelConfig model_config() const;
-  // How the model runs its blocks and loss: --prefetch, the recompute flags, --loss-chunk.
+  // How the model runs its blocks and loss: --prefetch, the recompute flags, --loss-chunk, --fp8.
   bmt::models::CausalLMOptions model_options() const;
   // The preset's name, or what the model comes from.
   std::string model_name() const;

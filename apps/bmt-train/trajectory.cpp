@@ -39,6 +39,7 @@ enum class Effect {
   length,          // the schedule is re-planned (linear and cosine only)
   data,            // which sequences later steps take
   updates,         // the optimizer's or the model's arithmetic from the step on
+  moments,         // updates, and the checkpoint's moments are converted to the new dtype
   rounding,        // the same steps, added up in another order
 };
 
@@ -64,7 +65,9 @@ constexpr Setting kSettings[] = {
     {"beta1", "--beta1", Effect::updates},
     {"beta2", "--beta2", Effect::updates},
     {"grad_clip", "--grad-clip", Effect::updates},
+    {"moments", "--moments", Effect::moments},
     {"dropout", "--dropout", Effect::updates},
+    {"fp8", "--fp8", Effect::updates},
     {"offload_delayed", "--offload-delayed", Effect::updates},
     {"offload", "--offload", Effect::rounding},
     {"micro_batch", "--micro-batch", Effect::rounding},
@@ -90,7 +93,9 @@ json trajectory(const TrainOptions& o, float peak_lr, int world_size, const Data
           {"beta1", o.beta1},
           {"beta2", o.beta2},
           {"grad_clip", o.grad_clip},
+          {"moments", o.moments},
           {"dropout", o.dropout},
+          {"fp8", o.fp8},
           {"offload", o.offload},
           {"offload_delayed", o.offload_delayed},
           {"micro_batch", o.micro_batch},
@@ -155,6 +160,9 @@ std::vector<std::string> trajectory_changes(const json& saved, const json& now, 
         break;
       case Effect::updates:
         lines.push_back(flag + was + "the updates" + from + " follow the new setting");
+        break;
+      case Effect::moments:
+        lines.push_back(flag + was + "the updates" + from + " follow the new setting; the moments are converted");
         break;
       case Effect::rounding:
         lines.push_back(flag + was + "the same steps, with sums added in another order: the run continues within "

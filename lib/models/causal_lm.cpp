@@ -43,6 +43,12 @@ CausalLM::CausalLM(const ModelConfig& c, const CausalLMOptions& options)
     norm = std::make_unique<nn::RMSNorm>(c.dim, c.dtype, c.norm_eps);
     register_module("norm", *norm);
   }
+  if (options.fp8) {
+    for (std::size_t i = 0; i < gpt2_blocks.size(); ++i)
+      for (nn::Linear* l : gpt2_blocks[i].block().linear_layers()) l->set_fp8(true);
+    for (std::size_t i = 0; i < llama_blocks.size(); ++i)
+      for (nn::Linear* l : llama_blocks[i].block().linear_layers()) l->set_fp8(true);
+  }
   if (!c.tie_embeddings) {
     lm_head = DistributedParameter({c.vocab, c.dim}, c.dtype, init::normal(c.init_std));
     register_parameter("lm_head", lm_head);

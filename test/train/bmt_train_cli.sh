@@ -6,7 +6,8 @@
 # --timeline-ops writes op spans; --keep-blocks, --keep-attention and --keep-residual leave the
 # losses as they were, with dropout too; --offload gives the on-device run's losses (within 1e-5),
 # resumes across modes and says its host memory; --offload-delayed resumes exactly; a Llama 3 model
-# trains on an llm.c shard of uint32 tokens.
+# trains on an llm.c shard of uint32 tokens; --moments bf16 and --fp8 train, and a resume that changes
+# either says what follows.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -164,6 +165,43 @@ run 2 "${tiny[@]}" --steps 8 --offload --offload-delayed --metrics "$work/delaye
 for key in step loss lr grad_norm tokens_per_s mfu mem_peak_bytes; do
   grep -q "\"$key\":" "$work/full.jsonl" || fail "metrics lack '$key'"
 done
+
+# --moments bf16: AdamW's first update reads the unrounded moments, so the first two losses are the
+# f32-moment run's and the later ones within bf16's rounding of them; the header states the state's
+# bytes a parameter (8 during forward, 12 at the peak: 4 master + 2 + 2 moments, + 4 gradient). A
+# resume that changes the moments' dtype converts them and says so; step 5's loss is the checkpoint's.
+run 2 "${tiny[@]}" --steps 8 --moments bf16 --metrics "$work/bf16m.jsonl" >"$work/bf16m.out" \
+  || fail "--moments bf16 run failed"
+[ "$(losses "$work/bf16m.jsonl" | head -2)" = "$(losses "$work/full.jsonl" | head -2)" ] \
+  || fail "--moments bf16: the first two losses $(losses "$work/bf16m.jsonl" | head -2 | tr '\n' ' ') differ from f32 moments'"
+paste <(losses "$work/full.jsonl") <(losses "$work/bf16m.jsonl") | awk '{ d = $2 - $4; if (d < 0) d = -d
+  if ($1 != $3 || d > 1e-3 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' \
+  || fail "--moments bf16: losses $(losses "$work/bf16m.jsonl" | tr '\n' ' ') not within 1e-3 of f32 moments'"
+grep -q "state per parameter (bf16 moments): 8 bytes on the device during forward, 12 at the peak, 0 on the host; each / 2 ranks" \
+  "$work/bf16m.out" || fail "--moments bf16: the header does not state the bytes a parameter: $(cat "$work/bf16m.out")"
+run 2 "${tiny[@]}" --steps 8 --moments bf16 --metrics "$work/to_bf16m.jsonl" --resume "$work/ckpt/step-4" \
+  >"$work/to_bf16m.out" || fail "--moments bf16 resuming an f32-moment checkpoint failed"
+grep -q "resume: --moments bf16 (the checkpoint's run: f32): the updates from step 5 on follow the new setting; the moments are converted" \
+  "$work/to_bf16m.out" || fail "--moments changed on resume: not said: $(cat "$work/to_bf16m.out")"
+[ "$(losses "$work/to_bf16m.jsonl" | head -1)" = "$(losses "$work/full.jsonl" | sed -n 5p)" ] \
+  || fail "--moments bf16 resumed: step 5's loss $(losses "$work/to_bf16m.jsonl" | head -1) is not the checkpoint's"
+expect_usage_error "bf16 moments with beta2 0.999" "--beta2: expected at most 0.99 with --moments bf16, found 0.999" 2 \
+  "${tiny[@]}" --steps 1 --moments bf16 --beta2 0.999
+expect_usage_error "moments in f16" "--moments: expected f32 or bf16, found 'f16'" 2 "${tiny[@]}" --steps 1 --moments f16
+# --fp8: the blocks' products rounded to e4m3/e5m2, so other losses than bf16's, within FP8's
+# rounding (2^-4 relative); a resume that switches it says what follows.
+run 2 "${tiny[@]}" --dtype bf16 --steps 4 --metrics "$work/bf16.jsonl" >/dev/null || fail "bf16 run failed"
+run 2 "${tiny[@]}" --dtype bf16 --steps 4 --fp8 --metrics "$work/fp8.jsonl" --save "$work/ckpt_fp8" >"$work/fp8.out" \
+  || fail "--fp8 run failed"
+grep -q "linear layers in FP8" "$work/fp8.out" || fail "--fp8: the header does not say so: $(cat "$work/fp8.out")"
+[ "$(losses "$work/fp8.jsonl")" != "$(losses "$work/bf16.jsonl")" ] || fail "--fp8: the losses are bf16's"
+paste <(losses "$work/bf16.jsonl") <(losses "$work/fp8.jsonl") | awk '{ d = $2 - $4; if (d < 0) d = -d
+  if ($1 != $3 || $4 != $4 + 0 || d > 0.0625 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' \
+  || fail "--fp8: losses $(losses "$work/fp8.jsonl" | tr '\n' ' ') not within 2^-4 of bf16's"
+run 2 "${tiny[@]}" --dtype bf16 --steps 6 --resume "$work/ckpt_fp8" >"$work/from_fp8.out" \
+  || fail "resuming an --fp8 checkpoint without it failed"
+grep -q "resume: no --fp8 (the checkpoint's run: --fp8): the updates from step 5 on follow the new setting" \
+  "$work/from_fp8.out" || fail "--fp8 dropped on resume: not said: $(cat "$work/from_fp8.out")"
 
 # Llama 3's vocabulary from an llm.c "llama-3" shard (uint32 tokens under the magic number
 # 20240801): ids above 65535 reach the model as themselves, so a vocabulary of 65536 refuses them.

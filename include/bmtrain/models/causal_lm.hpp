@@ -25,13 +25,16 @@
 
 namespace bmt::models {
 
-// How the model runs its blocks and its loss; none of it changes what it computes.
+// How the model runs its blocks and its loss. Only fp8 changes what it computes (within FP8's
+// rounding); the rest changes where and when, not the numbers.
 struct CausalLMOptions {
   int prefetch_depth = 1;         // blocks whose parameters are gathered ahead of use
   CheckpointOptions checkpoint;   // every block's, but for the last keep_blocks
   std::int64_t keep_blocks = 0;   // the last N blocks keep their activations instead of recomputing
   std::int64_t loss_chunk_rows = 0;  // > 0: the head and loss take that many token rows at a time
                                      // (bmt::linear_cross_entropy), never holding all the logits
+  bool fp8 = false;  // every block's linear layers in FP8 (nn::Linear::set_fp8); the embedding, the
+                     // final norm and the head stay in the model's dtype
 };
 
 class CausalLM : public DistributedModule {

@@ -24,6 +24,9 @@ struct GPT2Block : Module {
 
   Tensor forward(const Tensor& x) const;
 
+  // The block's matrix products (c_attn, attn_proj, c_fc, mlp_proj): what CausalLMOptions::fp8 runs in FP8.
+  std::vector<nn::Linear*> linear_layers() { return {&c_attn, &attn_proj, &c_fc, &mlp_proj}; }
+
  private:
   // x + dropout(proj(y)), or x + dropout(proj(gelu(y))).
   Tensor residual(const Tensor& x, const nn::Linear& proj, const Tensor& y, bool gelu_first = false) const;

@@ -24,6 +24,9 @@ struct LlamaBlock : Module {
   static std::vector<io::HfTensor> hf_tensors();
 
   Tensor forward(const Tensor& x) const;
+
+  // The block's matrix products (wq, wk, wv, wo, w1, w2, w3): what CausalLMOptions::fp8 runs in FP8.
+  std::vector<nn::Linear*> linear_layers() { return {&wq, &wk, &wv, &wo, &w1, &w2, &w3}; }
 };
 
 }  // namespace bmt::models
