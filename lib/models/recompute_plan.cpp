@@ -31,12 +31,13 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
 
 namespace {
 
-double activations(const ActivationSizes& s, const CausalLMOptions& o, std::int64_t layers) {
+// The activations, and the gathered parameters kept with them.
+double activations(const ActivationSizes& s, double kept_parameters, const CausalLMOptions& o, std::int64_t layers) {
   double total = s.fixed;
   for (std::int64_t i = 0; i < layers; ++i) {
     const CheckpointOptions b = block_options(o, layers, i);
     if (!b.use_checkpoint) {
-      total += s.kept_block;
+      total += s.kept_block + kept_parameters;
       continue;
     }
     total += s.recomputed_block + (b.keep_attention ? s.kept_attention : 0) + (b.keep_residual ? s.kept_residual : 0);
@@ -44,11 +45,21 @@ double activations(const ActivationSizes& s, const CausalLMOptions& o, std::int6
   return total;
 }
 
+double kept_parameters(const ModelConfig& c, int world_size) {
+  if (world_size == 1 && c.dtype == DType::f32) return 0.0;  // the values themselves, no copy
+  return static_cast<double>(c.block_parameter_count() * static_cast<std::int64_t>(dtype_size(c.dtype)));
+}
+
 }  // namespace
 
-RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& options, std::int64_t tokens,
-                             double budget_bytes) {
+double activation_peak(const ModelConfig& c, const CausalLMOptions& options, int world_size, std::int64_t tokens) {
+  return activations(activation_sizes(c, options, tokens), kept_parameters(c, world_size), options, c.layers);
+}
+
+RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& options, int world_size,
+                             std::int64_t tokens, double budget_bytes) {
   const ActivationSizes s = activation_sizes(c, options, tokens);
+  const double gathered = kept_parameters(c, world_size);
   RecomputePlan plan;
   plan.options = options;
   // Nothing to choose: every block keeps its activations, or ZeRO level 2 keeps every gathered block.
@@ -71,11 +82,11 @@ RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& option
     std::size_t lo = 0, hi = steps.size();
     while (hi - lo > 1) {
       const std::size_t mid = (lo + hi) / 2;
-      (activations(s, steps[mid], c.layers) <= budget_bytes ? lo : hi) = mid;
+      (activations(s, gathered, steps[mid], c.layers) <= budget_bytes ? lo : hi) = mid;
     }
     plan.options = steps[lo];
   }
-  plan.activation_bytes = activations(s, plan.options, c.layers);
+  plan.activation_bytes = activations(s, gathered, plan.options, c.layers);
   plan.fits = plan.activation_bytes <= budget_bytes;
   plan.layers = c.layers;
   return plan;

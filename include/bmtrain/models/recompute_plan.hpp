@@ -6,7 +6,7 @@
 //
 //   auto e = bmt::optim::estimate_memory(bmt::models::memory_plan(config, options, world));
 //   double left = free_device_bytes - e.device_state - e.device_buffers;
-//   auto plan = bmt::models::plan_recompute(config, options, rows_per_rank, seq, left);
+//   auto plan = bmt::models::plan_recompute(config, options, world, micro_batch * seq, left);
 //   // plan.options: the CausalLMOptions to build the model with; plan.fits says whether even
 //   // recomputing every block fits.
 #include <cstdint>
@@ -29,20 +29,25 @@ struct ActivationSizes {
 };
 ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
 
+// A step's activations at their peak for a model run as `options` on `world_size` ranks, with the
+// gathered parameters of the blocks that keep their activations.
+double activation_peak(const ModelConfig& config, const CausalLMOptions& options, int world_size, std::int64_t tokens);
+
 struct RecomputePlan {
   CausalLMOptions options;  // the input's, with keep_blocks, keep_attention and keep_residual chosen
-  double activation_bytes = 0;  // the plan's activations at the step's peak
+  double activation_bytes = 0;  // the plan's activations at the step's peak, with kept gathered blocks
   bool fits = false;            // activation_bytes <= the budget
   std::int64_t layers = 0;
   std::string summary() const;  // "12 of 32 blocks kept, the others keep attention and residual sums"
 };
 
 // The plan that keeps the most within `budget_bytes` of activations for micro-batches of `tokens`
-// tokens: first each recomputed block's attention outputs, then its residual sums (per byte they
+// tokens on `world_size` ranks (a block that keeps its activations also keeps its gathered
+// parameters, which the budget pays for too, at one rank only where f32 values are rounded): first each recomputed block's attention outputs, then its residual sums (per byte they
 // save the recompute the most), then whole blocks from the last (whose activations backward frees
 // first). With nothing kept it may still not fit: fits is false, and activation_bytes says by how
 // much. zero_level 2 or no checkpointing in `options` are kept as they are (nothing to choose).
-RecomputePlan plan_recompute(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens,
-                             double budget_bytes);
+RecomputePlan plan_recompute(const ModelConfig& config, const CausalLMOptions& options, int world_size,
+                             std::int64_t tokens, double budget_bytes);
 
 }  // namespace bmt::models
