@@ -1,0 +1,28 @@
+#pragma once
+// --recompute auto: which blocks keep their activations, chosen for the memory this rank has, by
+// the library's planner (bmt::models::plan_recompute) from the estimate of everything else.
+#include <bmtrain/models/causal_lm.hpp>
+#include <bmtrain/optim/memory_estimate.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "options.hpp"
+
+namespace bmt_train {
+
+struct RecomputeChoice {
+  bmt::models::CausalLMOptions options;  // the model's, with the plan's keep options
+  std::string summary;                   // for the startup table
+  double activation_bytes = 0;           // the plan's activations at their peak
+  double budget_bytes = 0;               // what the rank had for them
+};
+
+// The plan for micro-batches of `tokens` tokens, given the memory `state` (this configuration's
+// estimate with nothing kept) leaves of the rank's free memory, less a margin for the allocator's
+// rounding and the kernels' workspaces (1/16 of it). A plan that does not fit even recomputing every
+// block is a bmt::Error naming the figures.
+RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::CausalLMOptions& options, int world,
+                                 std::int64_t tokens, const bmt::optim::MemoryEstimate& state);
+
+}  // namespace bmt_train
