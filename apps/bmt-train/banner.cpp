@@ -22,7 +22,7 @@ std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
 
 }  // namespace
 
-void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunFacts& f) {
+void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& f) {
   auto& ctx = bmt::context();
   const int world = ctx.topology().world_size;
   const std::int64_t tokens_per_step = o.batch * o.seq;

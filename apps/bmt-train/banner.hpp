@@ -1,28 +1,10 @@
 #pragma once
 // The startup table rank 0 prints: model, distribution, batch, data, schedule and memory.
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include "memory_estimate.hpp"
 #include "options.hpp"
+#include "run_plan.hpp"
 
 namespace bmt_train {
 
-// What the banner says beyond the options: facts of this run found during setup.
-struct RunFacts {
-  std::int64_t local_batch = 0;   // sequences a rank takes a step
-  std::int64_t micro_batch = 0;   // sequences a rank takes a forward
-  std::int64_t accumulation = 1;  // micro-batches a step
-  float peak_lr = 0;
-  double entropy_rate = -1;       // the data's lowest achievable loss, when known
-  MemoryEstimate memory;
-  int host_threads = 0;           // the offloaded optimizer's update threads
-  std::string resumed_from;       // empty: a fresh run
-  std::vector<std::string> resume_notes;  // what differs from the checkpoint's run (trajectory_changes)
-  std::int64_t start_step = 0;
-};
-
-void print_banner(const TrainOptions& options, const ModelConfig& config, const RunFacts& facts);
+void print_banner(const TrainOptions& options, const ModelConfig& config, const RunPlan& plan);
 
 }  // namespace bmt_train

@@ -1,6 +1,7 @@
 #pragma once
 // bmt-train's options: command-line flags, optionally read from a TOML config file
-// (--config run.toml; flags given on the command line win over the file).
+// (--config run.toml; flags given on the command line win over the file). Each member is set by a
+// row of option_table.hpp, which gives its flag, help, values and what ranks and checkpoints do with it.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -76,6 +77,9 @@ struct TrainOptions {
   ModelConfig model_config() const;
   // How the model runs its blocks and loss: --prefetch, the recompute flags, --loss-chunk, --fp8.
   bmt::models::CausalLMOptions model_options() const;
+  // The schedule's peak learning rate: --lr, or the model's default (the preset's); a --min-lr
+  // above it, which would make the schedule rise, is a bmt::Error.
+  float peak_lr(const ModelConfig& config) const;
   // The preset's name, or what the model comes from.
   std::string model_name() const;
   // The learning-rate schedule's length in steps: --steps, and at least one step past the warmup.
@@ -83,8 +87,9 @@ struct TrainOptions {
 };
 
 // The options every rank must share, with the model they describe, as `key=value` items for
-// bmt::agree_on_configuration. Options that only shape one rank's output (progress, log, metrics,
-// plot and timeline paths) are left out.
+// bmt::agree_on_configuration: the model's record (bmt::models::to_json), then every option whose
+// row says Agree::value. Options that only shape one rank's output (progress, log, metrics, plot
+// and timeline paths) are left out.
 std::string shared_description(const TrainOptions& options, const ModelConfig& config);
 
 // Parses argv. On --help, prints the help on rank 0 and returns false with exit_code 0; on bad

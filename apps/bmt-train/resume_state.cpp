@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include "option_table.hpp"
+
 namespace bmt_train {
 
 namespace {
@@ -72,33 +74,28 @@ void check_checkpoint_model(const bmt::io::TrainingState& state, const json& mod
   const json* saved = member(state.extra, where, "extra", "model");
   if (!saved) return;  // written by another program: the strict load still checks names and shapes
   BMT_REQUIRE(saved->is_object(), where << "'extra.model': expected a JSON object, found " << saved->dump());
-  // What defines the tensors and their values; the preset's name does not.
-  struct Field {
-    const char* key;
-    const char* flag;
-  };
+  // What defines the tensors and their values; the preset's name does not. A field a flag sets
+  // (option_table's rows) names that flag in the hint.
   std::string differences, flags;
-  for (const Field f : {Field{"arch", "--model"}, Field{"layers", "--layers"}, Field{"heads", "--heads"},
-                        Field{"dim", "--dim"}, Field{"ffn", "--ffn"}, Field{"vocab", "--vocab"},
-                        Field{"max_seq", "--model"}, Field{"dtype", "--dtype"}}) {
-    const json& here = model.at(f.key);
-    const auto it = saved->find(f.key);
-    BMT_REQUIRE(it != saved->end() && (here.is_string() ? it->is_string() : it->is_number_integer()),
-                where << "'extra.model." << f.key << "': expected a " << (here.is_string() ? "string" : "whole number")
-                      << ", found " << (it == saved->end() ? std::string("none") : it->dump()));
-    if (*it == here) continue;
+  const auto differs = [&](const char* key, const json& there, const json& here) {
     const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-    differences += (differences.empty() ? "" : "; ") + std::string(f.key) + " " + text(*it) + " there, " + text(here) + " here";
-    if (std::string(f.flag) != "--model") flags += " " + std::string(f.flag) + " " + text(*it);
+    differences += (differences.empty() ? "" : "; ") + std::string(key) + " " + text(there) + " there, ";
+    differences += text(here) + " here";
+    if (const std::string flag = flag_of_model_field(key); !flag.empty()) flags += " " + flag + " " + text(there);
+  };
+  for (const char* key : {"arch", "layers", "heads", "dim", "ffn", "vocab", "max_seq", "dtype"}) {
+    const json& here = model.at(key);
+    const auto it = saved->find(key);
+    BMT_REQUIRE(it != saved->end() && (here.is_string() ? it->is_string() : it->is_number_integer()),
+                where << "'extra.model." << key << "': expected a " << (here.is_string() ? "string" : "whole number")
+                      << ", found " << (it == saved->end() ? std::string("none") : it->dump()));
+    if (*it != here) differs(key, *it, here);
   }
   // Recorded since grouped-query attention and tied Llama heads: absent from older checkpoints,
   // whose models had as many key/value heads as heads.
-  for (const Field f : {Field{"kv_heads", "--kv-heads"}, Field{"tie_embeddings", "--model"}}) {
-    const auto it = saved->find(f.key);
-    if (it == saved->end() || *it == model.at(f.key)) continue;
-    differences += (differences.empty() ? "" : "; ") + std::string(f.key) + " " + it->dump() + " there, " +
-                   model.at(f.key).dump() + " here";
-    if (std::string(f.flag) != "--model") flags += " " + std::string(f.flag) + " " + it->dump();
+  for (const char* key : {"kv_heads", "tie_embeddings"}) {
+    const auto it = saved->find(key);
+    if (it != saved->end() && *it != model.at(key)) differs(key, *it, model.at(key));
   }
   BMT_REQUIRE(differences.empty(), "--resume: the checkpoint holds another model (" << differences
                                        << "): expected the same model"

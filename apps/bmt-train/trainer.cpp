@@ -50,7 +50,7 @@ Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context
     build_optimizer();
     resume();
   }
-  print_banner(o_, cfg_, facts_);
+  print_banner(o_, cfg_, plan_);
   if (!o_.eval_only) open_outputs();
   else
     bmt::run_on_every_rank(MPI_COMM_NULL, [&] {  // what an evaluation writes, checked before it starts
@@ -68,24 +68,24 @@ void Trainer::configure() {
     cfg_ = o_.model_config();
     BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
                                                    << world_ << " ranks");
-    facts_.local_batch = o_.batch / world_;
-    facts_.micro_batch = o_.micro_batch ? o_.micro_batch : facts_.local_batch;
-    BMT_REQUIRE(facts_.micro_batch > 0 && facts_.local_batch % facts_.micro_batch == 0,
-                "--micro-batch " << facts_.micro_batch << ": expected a divisor of the " << facts_.local_batch
+    plan_.local_batch = o_.batch / world_;
+    plan_.micro_batch = o_.micro_batch ? o_.micro_batch : plan_.local_batch;
+    BMT_REQUIRE(plan_.micro_batch > 0 && plan_.local_batch % plan_.micro_batch == 0,
+                "--micro-batch " << plan_.micro_batch << ": expected a divisor of the " << plan_.local_batch
                                  << " sequences per rank");
-    facts_.accumulation = facts_.local_batch / facts_.micro_batch;
-    facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
+    plan_.accumulation = plan_.local_batch / plan_.micro_batch;
+    plan_.peak_lr = o_.peak_lr(cfg_);
     data_ = open_training_data(o_, cfg_);
-    facts_.entropy_rate = data_.entropy_rate;
+    plan_.entropy_rate = data_.entropy_rate;
     if (!o_.resume.empty()) {
-      facts_.resumed_from = resolve_resume(o_.resume);
-      resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(facts_.resumed_from);
+      plan_.resumed_from = resolve_resume(o_.resume);
+      resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(plan_.resumed_from);
     }
   });
   // Every rank must train the same model the same way with the same library, from the same
   // checkpoint: a rank started differently (an MPMD launch, another build on some nodes) stops the
   // job here with a message naming it, instead of hanging or diverging later.
-  bmt::agree_on_configuration(shared_description(o_, cfg_) + "; resume_from=" + facts_.resumed_from + "; " +
+  bmt::agree_on_configuration(shared_description(o_, cfg_) + "; resume_from=" + plan_.resumed_from + "; " +
                               bmt::build_description());
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] { fault_ = FaultInjection::from_environment(); });
   // The checkpoint root first: a job that would share it with another is told so before anything
@@ -105,9 +105,9 @@ void Trainer::configure() {
 // Where the --resume checkpoint stands, checked against its marker and this run before any tensor
 // is read: its training state's fields on their own and against one another, and its model.
 void Trainer::read_checkpoint() {
-  if (facts_.resumed_from.empty()) return;
+  if (plan_.resumed_from.empty()) return;
   ResumeContext context;
-  context.state_path = facts_.resumed_from + "/training_state.json";
+  context.state_path = plan_.resumed_from + "/training_state.json";
   context.marked_step = resumed_marked_step_;
   context.run_steps = o_.steps;
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
@@ -115,10 +115,10 @@ void Trainer::read_checkpoint() {
     resumed_ = resume_point(state, context);
     check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
     const auto saved = state.extra.find("trajectory");
-    facts_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
+    plan_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
                                              run_trajectory(), resumed_.step);
   });
-  facts_.start_step = resumed_.step;
+  plan_.start_step = resumed_.step;
 }
 
 // The model (initialized, or with the weights it resumes from), its data loaders and schedule.
@@ -127,16 +127,16 @@ void Trainer::build_model() {
   // What the model will take is known before any of it is allocated: a configuration that cannot
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    facts_.memory = estimate_memory(o_, cfg_, model_options, world_, facts_.accumulation);
+    plan_.memory = estimate_memory(o_, cfg_, model_options, world_, plan_.accumulation);
     // An evaluation holds no optimizer state, which the estimate counts.
-    if (!o_.eval_only) require_memory(facts_.memory);
+    if (!o_.eval_only) require_memory(plan_.memory);
     model_ = std::make_unique<bmt::models::CausalLM>(cfg_, model_options);
   });
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::init_parameters(*model_);
     // A run resumes from its own checkpoint; --init-from's weights start a fresh one.
-    if (!facts_.resumed_from.empty())
-      bmt::load(*model_, facts_.resumed_from + "/model.safetensors");
+    if (!plan_.resumed_from.empty())
+      bmt::load(*model_, plan_.resumed_from + "/model.safetensors");
     else if (!o_.init_from.empty())
       bmt::models::load_hf_checkpoint(*model_, o_.init_from);
     loader_.emplace(make_loader(data_.train, o_, cfg_, o_.seed));
@@ -144,7 +144,7 @@ void Trainer::build_model() {
       val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed, /*shuffle=*/false));
     else if (data_.val && o_.eval_every > 0)
       val_loader_.emplace(make_loader(data_.val, o_, cfg_, o_.seed + 1000003));
-    schedule_ = bmt::optim::make_scheduler(o_.schedule, facts_.peak_lr, o_.warmup,
+    schedule_ = bmt::optim::make_scheduler(o_.schedule, plan_.peak_lr, o_.warmup,
                                            o_.schedule_steps(), o_.min_lr);
   });
 }
@@ -159,13 +159,13 @@ void Trainer::build_optimizer() {
   ao.delayed_update = o_.offload_delayed;
   ao.moments = bmt::parse_dtype(o_.moments);
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] { adamw_ = std::make_unique<bmt::optim::AdamW>(*model_, ao); });
-  facts_.host_threads = adamw_->host_threads();
+  plan_.host_threads = adamw_->host_threads();
   bmt::optim::OptimManagerOptions mo;
   const bool f16 = cfg_.dtype == bmt::DType::f16;
   mo.loss_scale = o_.loss_scale > 0 ? o_.loss_scale : (f16 ? 65536.0f : 1.0f);
   mo.dynamic_loss_scale = f16;
   mo.clip_grad_norm = o_.grad_clip;
-  mo.accumulation_steps = static_cast<int>(facts_.accumulation);
+  mo.accumulation_steps = static_cast<int>(plan_.accumulation);
   mo.stop_on_nonfinite = o_.stop_on_nonfinite;
   // No host wait in a step for the gradient norm: it is read on the steps that log (or record) the
   // loss, before a checkpoint, and otherwise when the next step's backward needs the loss scale.
@@ -177,8 +177,8 @@ void Trainer::build_optimizer() {
 // The optimizer's state and where training stood (schedule, loss scale, RNG, data position) from
 // the --resume checkpoint, when there is one; its weights were loaded with the model.
 void Trainer::resume() {
-  if (facts_.resumed_from.empty()) return;
-  const std::string path = facts_.resumed_from + "/optimizer.safetensors";
+  if (plan_.resumed_from.empty()) return;
+  const std::string path = plan_.resumed_from + "/optimizer.safetensors";
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::io::load_optimizer(*adamw_, path);
     // The optimizer counts the updates it applied: never more than the steps taken.
@@ -187,7 +187,7 @@ void Trainer::resume() {
                                     << resumed_.step << ", found " << adamw_->step_count());
     // The position must lie within this run's data.
     const std::string problem = bmt::error_of([&] { loader_->restore(resumed_.data); });
-    BMT_REQUIRE(problem.empty(), "training state '" << facts_.resumed_from << "/training_state.json': 'data': " << problem);
+    BMT_REQUIRE(problem.empty(), "training state '" << plan_.resumed_from << "/training_state.json': 'data': " << problem);
   });
   schedule_->set_step(resumed_.scheduler_step);
   if (resumed_.loss_scale) manager_->set_loss_scale(*resumed_.loss_scale);
@@ -199,7 +199,7 @@ void Trainer::resume() {
 // staging ring.
 void Trainer::open_outputs() {
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    log_ = std::make_unique<StepLog>(o_, facts_.start_step);
+    log_ = std::make_unique<StepLog>(o_, plan_.start_step);
     // Each rank writes its own trace at the end; whether it can is known now.
     if (!o_.timeline.empty())
       check_output_file("--timeline", bmt::timeline::rank_path(o_.timeline, bmt::rank()), /*create_parents=*/true);
@@ -217,8 +217,8 @@ void Trainer::open_outputs() {
   ctx.host_comm().broadcast(from_root, 2, bmt::DType::i64, 0, ctx.compute_stream());
   loss_every_ = from_root[0];
   records_metrics_ = from_root[1] != 0;
-  staging_ = std::make_unique<TokenStaging>(2 * static_cast<std::size_t>(facts_.accumulation),
-                                            static_cast<std::size_t>(facts_.micro_batch * o_.seq) * sizeof(std::int32_t));
+  staging_ = std::make_unique<TokenStaging>(2 * static_cast<std::size_t>(plan_.accumulation),
+                                            static_cast<std::size_t>(plan_.micro_batch * o_.seq) * sizeof(std::int32_t));
   if (!o_.timeline.empty())
     bmt::timeline::enable(o_.timeline, o_.timeline_ops ? bmt::timeline::Detail::ops : bmt::timeline::Detail::blocks);
 }
@@ -232,7 +232,7 @@ StepRecord Trainer::step(std::int64_t step, bool read_loss) {
     bmt::timeline::Span step_span(ctx.compute_stream(), "step");
     manager_->zero_grad();
     losses_.clear();
-    for (const auto& mb : batch.split(static_cast<std::size_t>(facts_.accumulation))) {
+    for (const auto& mb : batch.split(static_cast<std::size_t>(plan_.accumulation))) {
       auto tokens = staging_->upload(mb.inputs, static_cast<std::int64_t>(mb.rows), o_.seq);
       auto targets = staging_->upload(mb.targets, static_cast<std::int64_t>(mb.rows), o_.seq);
       bmt::Tensor loss = model_->loss(tokens, targets);
@@ -267,7 +267,7 @@ double Trainer::evaluate() {
   const auto saved = val_loader_->state();
   for (std::int64_t b = 0; b < o_.eval_batches; ++b) {
     const auto batch = val_loader_->next();
-    for (const auto& mb : batch.split(static_cast<std::size_t>(facts_.accumulation))) {
+    for (const auto& mb : batch.split(static_cast<std::size_t>(plan_.accumulation))) {
       auto tokens = bmt::Tensor::from_host(mb.inputs.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
       auto targets = bmt::Tensor::from_host(mb.targets.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
       sum += model_->loss(tokens, targets).to_host_floats()[0];
@@ -275,7 +275,7 @@ double Trainer::evaluate() {
   }
   val_loader_->restore(saved);
   model_->train();
-  float mean = static_cast<float>(sum / static_cast<double>(o_.eval_batches * facts_.accumulation));
+  float mean = static_cast<float>(sum / static_cast<double>(o_.eval_batches * plan_.accumulation));
   ctx.host_comm().all_reduce(&mean, &mean, 1, bmt::DType::f32, bmt::ReduceOp::avg, ctx.compute_stream());
   return mean;
 }
@@ -287,7 +287,7 @@ int Trainer::evaluate_only() {
   double sum = 0, count = 0;  // micro-batch mean losses (each of the same number of tokens)
   for (std::uint64_t b = 0; b < batches; ++b) {
     const auto batch = val_loader_->next();
-    for (const auto& mb : batch.split(static_cast<std::size_t>(facts_.accumulation))) {
+    for (const auto& mb : batch.split(static_cast<std::size_t>(plan_.accumulation))) {
       auto tokens = bmt::Tensor::from_host(mb.inputs.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
       auto targets = bmt::Tensor::from_host(mb.targets.data(), {static_cast<std::int64_t>(mb.rows), o_.seq}, bmt::DType::i32);
       if (b == 0 && count == 0 && !o_.eval_logits.empty()) {
@@ -336,7 +336,7 @@ void Trainer::export_hf() {
 }
 
 nlohmann::json Trainer::run_trajectory() const {
-  return trajectory(o_, facts_.peak_lr, world_, data_.files);
+  return trajectory(o_, plan_.peak_lr, world_, data_.files);
 }
 
 void Trainer::save(std::int64_t step) {
@@ -363,7 +363,7 @@ void Trainer::save(std::int64_t step) {
 
 int Trainer::run() {
   if (o_.eval_only) return evaluate_only();
-  const std::int64_t start = facts_.start_step;
+  const std::int64_t start = plan_.start_step;
   const std::int64_t tokens_per_step = o_.batch * o_.seq;
   const auto peak = peak_flops(cfg_.dtype);
   ProgressBar bar(o_.progress, o_.no_progress);

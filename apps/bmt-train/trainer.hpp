@@ -57,7 +57,7 @@ class Trainer {
   int world_ = 1;
   ModelConfig cfg_;
   TrainingData data_;
-  RunFacts facts_;
+  RunPlan plan_;
   std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names
   ResumePoint resumed_;                    // where the resumed checkpoint stands (checked)
   FaultInjection fault_;

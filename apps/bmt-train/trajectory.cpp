@@ -7,6 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include "option_table.hpp"
+
 namespace bmt_train {
 
 namespace {
@@ -33,73 +35,42 @@ std::string text(const json& v) {
   return v.dump();
 }
 
-// How a setting's change shows in the steps after the checkpoint.
-enum class Effect {
-  learning_rates,  // the schedule's rates from the step on
-  length,          // the schedule is re-planned (linear and cosine only)
-  data,            // which sequences later steps take
-  updates,         // the optimizer's or the model's arithmetic from the step on
-  moments,         // updates, and the checkpoint's moments are converted to the new dtype
-  rounding,        // the same steps, added up in another order
-};
-
 struct Setting {
-  const char* key;
-  const char* flag;
+  std::string key;
+  std::string flag;
   Effect effect;
 };
 
-constexpr Setting kSettings[] = {
-    {"schedule", "--schedule", Effect::learning_rates},
-    {"schedule_steps", "--steps", Effect::length},
-    {"warmup", "--warmup", Effect::learning_rates},
-    {"lr", "--lr", Effect::learning_rates},
-    {"min_lr", "--min-lr", Effect::learning_rates},
-    {"batch", "--batch", Effect::data},
-    {"seq", "--seq", Effect::data},
-    {"seed", "--seed", Effect::data},
-    {"data", "--data", Effect::data},
-    {"data_format", "--data-format", Effect::data},
-    {"data_files", "--data", Effect::data},
-    {"weight_decay", "--weight-decay", Effect::updates},
-    {"beta1", "--beta1", Effect::updates},
-    {"beta2", "--beta2", Effect::updates},
-    {"grad_clip", "--grad-clip", Effect::updates},
-    {"moments", "--moments", Effect::moments},
-    {"dropout", "--dropout", Effect::updates},
-    {"fp8", "--fp8", Effect::updates},
-    {"offload_delayed", "--offload-delayed", Effect::updates},
-    {"offload", "--offload", Effect::rounding},
-    {"micro_batch", "--micro-batch", Effect::rounding},
-    {"world_size", "ranks", Effect::rounding},
-};
+// The options a trajectory records (option_table's rows with an effect), then what no option holds:
+// the files --data names, and the number of ranks.
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> all = [] {
+    std::vector<Setting> s;
+    for (const OptionRow& row : option_table())
+      if (row.effect != Effect::none) s.push_back({row.key, row.flag, row.effect});
+    s.push_back({"data_files", "--data", Effect::data});
+    s.push_back({"world_size", "ranks", Effect::rounding});
+    return s;
+  }();
+  return all;
+}
+
 }  // namespace
 
 json trajectory(const TrainOptions& o, float peak_lr, int world_size, const DataFiles& files) {
+  json t = json::object();
+  for (const OptionRow& row : option_table())
+    if (row.effect != Effect::none) t[row.key] = option_value(o, row);
+  // What the run makes of three of them: the schedule's length (at least one step past the
+  // warmup), the peak rate (the preset's without --lr), and no file format for synthetic data.
+  t["schedule_steps"] = o.schedule_steps();
+  t["lr"] = peak_lr;
+  if (files.empty()) t["data_format"] = "";
   json data_files = json::array();
   for (const auto& [path, tokens] : files) data_files.push_back({path, tokens});
-  return {{"schedule", o.schedule},
-          {"schedule_steps", o.schedule_steps()},
-          {"warmup", o.warmup},
-          {"lr", peak_lr},
-          {"min_lr", o.min_lr},
-          {"batch", o.batch},
-          {"seq", o.seq},
-          {"seed", o.seed},
-          {"data", o.data},
-          {"data_format", files.empty() ? std::string() : o.data_format},  // synthetic data has none
-          {"data_files", data_files},
-          {"weight_decay", o.weight_decay},
-          {"beta1", o.beta1},
-          {"beta2", o.beta2},
-          {"grad_clip", o.grad_clip},
-          {"moments", o.moments},
-          {"dropout", o.dropout},
-          {"fp8", o.fp8},
-          {"offload", o.offload},
-          {"offload_delayed", o.offload_delayed},
-          {"micro_batch", o.micro_batch},
-          {"world_size", world_size}};
+  t["data_files"] = data_files;
+  t["world_size"] = world_size;
+  return t;
 }
 
 std::vector<std::string> trajectory_changes(const json& saved, const json& now, std::int64_t step) {
@@ -110,13 +81,13 @@ std::vector<std::string> trajectory_changes(const json& saved, const json& now, 
   const std::string from = " from step " + std::to_string(step + 1) + " on";
   std::vector<std::string> lines;
   bool data_path_changed = false;
-  for (const Setting& s : kSettings) {
+  for (const Setting& s : settings()) {
     const auto it = saved.find(s.key);
     const json& here = now.at(s.key);
-    const bool ranks = std::string(s.flag) == "ranks";
+    const bool ranks = s.flag == "ranks";
     // A setting the checkpoint does not record (another version or program wrote it) goes unchecked.
     if (it == saved.end()) {
-      lines.push_back(std::string(ranks ? "the number of ranks" : s.flag) + ": not recorded in the checkpoint "
+      lines.push_back((ranks ? std::string("the number of ranks") : s.flag) + ": not recorded in the checkpoint "
                       "('extra.trajectory." + s.key + "'): whether this run continues it exactly is not checked for it");
       continue;
     }
@@ -132,12 +103,12 @@ std::vector<std::string> trajectory_changes(const json& saved, const json& now, 
     if (same) continue;
     const std::string schedule = now.at("schedule").get<std::string>();
     const bool planned = schedule == "linear" || schedule == "cosine";  // the schedules with a length and a floor
-    if ((s.effect == Effect::length || std::string(s.key) == "min_lr") && !planned) continue;
+    if ((s.effect == Effect::length || s.key == "min_lr") && !planned) continue;
     const auto count = [](const json& v) { return text(v) + (v == 1 ? " rank" : " ranks"); };
     const auto setting = [&](const json& v) {
       if (ranks) return count(v);
       if (v.is_boolean()) return std::string(v.get<bool>() ? "" : "no ") + s.flag;
-      return std::string(s.flag) + " " + text(v);
+      return s.flag + " " + text(v);
     };
     const std::string flag = setting(here);
     const std::string was =
@@ -153,8 +124,8 @@ std::vector<std::string> trajectory_changes(const json& saved, const json& now, 
                         "start would have had other rates before too)");
         break;
       case Effect::data:
-        if (std::string(s.key) == "data") data_path_changed = true;
-        else if (std::string(s.key) == "data_files" && data_path_changed) continue;  // said with --data
+        if (s.key == "data") data_path_changed = true;
+        else if (s.key == "data_files" && data_path_changed) continue;  // said with --data
         lines.push_back(flag + was + "the sequences" + from + " are neither those of the checkpoint's run nor those of "
                         "a run with the new setting from the start");
         break;
@@ -163,6 +134,8 @@ std::vector<std::string> trajectory_changes(const json& saved, const json& now, 
         break;
       case Effect::moments:
         lines.push_back(flag + was + "the updates" + from + " follow the new setting; the moments are converted");
+        break;
+      case Effect::none:  // not among the settings
         break;
       case Effect::rounding:
         lines.push_back(flag + was + "the same steps, with sums added in another order: the run continues within "

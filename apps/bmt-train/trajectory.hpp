@@ -17,6 +17,8 @@ namespace bmt_train {
 // The files a run reads its tokens from, with their token counts; empty for synthetic data.
 using DataFiles = std::vector<std::pair<std::string, std::uint64_t>>;
 
+// The options whose option_table row has an Effect (the peak rate as the run resolved it), the
+// data files and the number of ranks.
 nlohmann::json trajectory(const TrainOptions& options, float peak_lr, int world_size, const DataFiles& files);
 
 // One line per setting that differs between the checkpoint's trajectory (`saved`: the state's

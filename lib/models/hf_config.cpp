@@ -30,8 +30,7 @@ class Fields {
       BMT_REQUIRE(fallback, where_ << ": expected a positive integer '" << key << "', found none");
       return *fallback;
     }
-    // Far beyond any model, and small enough that products of a few sizes cannot overflow.
-    constexpr std::int64_t max_size = std::int64_t{1} << 31;
+    constexpr std::int64_t max_size = kMaxModelSize;
     BMT_REQUIRE(v->is_number_integer() && v->get<std::int64_t>() > 0 && v->get<std::int64_t>() <= max_size,
                 where_ << ": expected a positive integer '" << key << "' of at most " << max_size << ", found "
                        << v->dump());

@@ -27,6 +27,19 @@ void ModelConfig::validate() const {
               "model dimensions: expected positive vocab, seq, layers, heads, dim and ffn, found vocab "
                   << vocab << ", seq " << max_seq << ", layers " << layers << ", heads " << heads << ", dim " << dim
                   << ", ffn " << ffn);
+  // Token ids are int32 (and index tables of vocab rows).
+  BMT_REQUIRE(vocab <= kMaxModelSize,
+              "model vocabulary: expected at most " << kMaxModelSize << " tokens, found " << vocab);
+  // The parameter count, a sum of products of three sizes, must fit in 64 bits with room to spare:
+  // bounded above (in double, which cannot overflow) by 4 (dim + 2)(dim + ffn) a block and three
+  // tables of dim columns (embedding, positions, head).
+  const double parameters = static_cast<double>(layers) * 4.0 * (static_cast<double>(dim) + 2.0) *
+                                (static_cast<double>(dim) + static_cast<double>(ffn)) +
+                            3.0 * (static_cast<double>(vocab) + static_cast<double>(max_seq) + 1.0) *
+                                static_cast<double>(dim);
+  BMT_REQUIRE(parameters <= kMaxParameters, "model dimensions: expected at most 2^60 parameters, found up to "
+                                                << parameters << " (" << layers << " layers of width " << dim
+                                                << " and MLP " << ffn << ")");
   BMT_REQUIRE(dim % heads == 0,
               "model dimensions: expected dim divisible by heads, found dim " << dim << " and " << heads << " heads");
   BMT_REQUIRE(arch != "llama" || head_dim() % 2 == 0,

@@ -462,7 +462,15 @@ TEST(HfConfig, WhatBmtrainDoesNotComputeIsAnError) {
   fails(j, "expected a positive integer 'hidden_size', found none");
   j = llama;
   j["vocab_size"] = "41";
-  fails(j, "expected a positive integer 'vocab_size' of at most 2147483648, found \"41\"");
+  fails(j, "expected a positive integer 'vocab_size' of at most 16777216, found \"41\"");
+  j = llama;
+  j["vocab_size"] = std::int64_t{1} << 31;  // once taken, and past int32 in the token ids
+  fails(j, "expected a positive integer 'vocab_size' of at most 16777216, found 2147483648");
+  j = llama;
+  j["num_hidden_layers"] = 1 << 24;  // each size within the cap, the parameter count not
+  j["hidden_size"] = 1 << 24;
+  j["intermediate_size"] = 1 << 24;
+  fails(j, "model dimensions: expected at most 2^60 parameters, found up to");
   j = llama;
   j["model_type"] = "mistral";
   fails(j, "expected model_type gpt2 or llama (GPT2LMHeadModel, LlamaForCausalLM), found 'mistral'");

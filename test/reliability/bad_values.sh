@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Values that were once clamped, wrapped or misread, and config files a TOML reader takes in more
-# than one way: each is refused on 2 ranks with exit code 2 and one error line naming the flag or
-# the config file's line, what was expected (the allowed values) and what was found, within 60 s,
+# Values that were once clamped, wrapped, misread or silently defaulted, and config files a TOML
+# reader takes in more than one way: each is refused on 2 ranks with exit code 2 and one error line
+# naming the flag or the config file's line, what was expected (the allowed values) and what was found, within 60 s,
 # with no process left. A config file using every kind of value (the control) is accepted.
 # Usage: bad_values.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
@@ -22,6 +22,35 @@ bad "--dtype fp33 (listed integer dtypes)" \
   "--dtype: expected f32, bf16 or f16 \(or fp32, float32, bfloat16, fp16, float16\), found 'fp33'" "${run[@]}" --dtype fp33
 bad "--dtype i32" "--dtype: expected f32, bf16 or f16 .*, found 'i32'" "${run[@]}" --dtype i32
 bad "--zero-level 1" "--zero-level: expected 2 or 3, found '1'" "${run[@]}" --zero-level 1
+
+# Values once taken as something else without a word: --lr 0 trained at the preset's rate and
+# --loss-scale 0 at 65536; a --min-lr above the peak rate made the cosine schedule rise (with --lr,
+# and with the preset's); --eval-every with token files and no --val-data never evaluated; an
+# --export-shard-gb below a byte was refused only after training; a config.json vocabulary of 2^31
+# passed the check and overflowed the int32 token ids.
+bad "--lr 0 (trained at the preset's 0.01)" "--lr: expected a finite number > 0 \(leave it out for the preset's\), found '0'" \
+  "${run[@]}" --lr 0
+bad "--loss-scale 0 (was 65536 for f16)" \
+  "--loss-scale: expected a finite number > 0 \(leave it out for 65536 with f16, 1 otherwise\), found '0'" \
+  "${run[@]}" --dtype f16 --loss-scale 0
+bad "--min-lr above --lr (the schedule rose)" "--min-lr 0.1: expected at most the peak learning rate 0.01 \(--lr\), found 0.1" \
+  "${run[@]}" --min-lr 0.1
+bad "--min-lr above the preset's peak rate" \
+  "--min-lr 0.5: expected at most the peak learning rate 0.01 \(the preset's; --lr sets it\), found 0.5" \
+  --model tiny --batch 12 --seq 32 --steps 2 --no-progress --min-lr 0.5
+perl -e 'print pack("S<*", map { ($_ * 31) % 256 } 0 .. 9999)' >"$work/train.bin"
+bad "--eval-every with token files and no --val-data (never evaluated)" \
+  "--eval-every 1: expected validation data \(--val-data token files\), found none beside the token files of --data" \
+  "${run[@]}" --data "$work/train.bin" --eval-every 1
+expect_refused_at_startup "--export-shard-gb 1e-12 (refused after training)" \
+  "--export-shard-gb: expected a size in \[1e-06, 1e\+09\] GB \(1 KB to 1 PB\), found '1e-12'" \
+  "${run[@]}" --export-hf "$work/export" --export-shard-gb 1e-12
+mkdir -p "$work/hf-vocab"
+printf '{"model_type": "llama", "vocab_size": 2147483648, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}\n' \
+  >"$work/hf-vocab/config.json"
+expect_refused_at_startup "config.json vocab_size 2^31 (overflowed int32)" \
+  "config.json '$work/hf-vocab/config.json': expected a positive integer 'vocab_size' of at most 16777216, found 2147483648" \
+  --init-from "$work/hf-vocab" --batch 12 --seq 32 --steps 2 --no-progress
 
 c=$(config array 'batch = [4, 8]\n')
 bad "config batch = [4, 8] (used 8)" "--config '$c' line 1: expected one value for 'batch', found an array \[4, 8\]" "${run[@]}" --config "$c"

@@ -19,6 +19,15 @@
 
 namespace bmt::models {
 
+// The largest size (vocabulary, positions, layers, heads, width, MLP) a Hugging Face config.json or
+// a bmt-train flag may give: far beyond any real model, and small enough that a product of two fits
+// in 64 bits many times over and a token id below the vocabulary in 32. ModelConfig::validate
+// holds the vocabulary to it and the parameter count to kMaxParameters.
+constexpr std::int64_t kMaxModelSize = std::int64_t{1} << 24;
+// The most parameters a configuration may have (2^60, far beyond any real model), so that
+// parameter_count and the products it sums fit in 64 bits.
+constexpr double kMaxParameters = 1152921504606846976.0;
+
 struct ModelConfig {
   std::string arch = "gpt2";  // gpt2 | llama
   std::int64_t vocab = 50304;

@@ -1,0 +1,26 @@
+#pragma once
+// What the trainer plans from the options, the model and the ranks before the first step: how the
+// batch splits over ranks and micro-batches, the peak learning rate, the memory it will take, and
+// where it resumes. A plain record: the trainer fills it during setup, the banner prints it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory_estimate.hpp"
+
+namespace bmt_train {
+
+struct RunPlan {
+  std::int64_t local_batch = 0;   // sequences a rank takes a step
+  std::int64_t micro_batch = 0;   // sequences a rank takes a forward
+  std::int64_t accumulation = 1;  // micro-batches a step
+  float peak_lr = 0;
+  double entropy_rate = -1;       // the data's lowest achievable loss, when known
+  MemoryEstimate memory;
+  int host_threads = 0;           // the offloaded optimizer's update threads
+  std::string resumed_from;       // empty: a fresh run
+  std::vector<std::string> resume_notes;  // what differs from the checkpoint's run (trajectory_changes)
+  std::int64_t start_step = 0;
+};
+
+}  // namespace bmt_train
