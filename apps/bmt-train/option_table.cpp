@@ -201,6 +201,13 @@ std::vector<OptionRow> make_table() {
           "when N is at least their number)")
           .takes(at_least(0))
           .shows_default());
+  add(Row("--recompute", &O::recompute,
+          "full: blocks recompute their activations in backward, but for what --keep-attention, --keep-residual "
+          "and --keep-blocks keep; auto: keep as much as fits in this rank's free memory after the estimated state "
+          "and buffers (first the attention outputs, then the residual sums, then whole blocks from the last), as "
+          "the startup table says; the keep flags are then chosen, not given")
+          .takes(one_of({"full", "auto"}), "NAME")
+          .shows_default());
   add(Row("--prefetch", &O::prefetch, "Blocks whose parameters are gathered ahead of use")
           .takes(whole_number(0, bmt::models::kMaxModelSize, "a number of blocks in [0, " + max_size + "]"))
           .shows_default());

@@ -12,15 +12,20 @@
 namespace bmt_train {
 
 RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::CausalLMOptions& options, int world,
-                                 std::int64_t tokens, const bmt::optim::MemoryEstimate& state) {
+                                 std::int64_t tokens, const MemoryEstimate& state) {
   // On the host build the device is the host, whose memory every rank of the node draws on.
   const auto& t = bmt::context().topology();
-  const double free = bmt::memory::is_host()
-                          ? static_cast<double>(bmt::available_host_memory()) / std::max(t.local_size, 1)
-                          : static_cast<double>(bmt::memory::available_device_memory());
+  double free = bmt::memory::is_host()
+                    ? static_cast<double>(bmt::available_host_memory()) / std::max(t.local_size, 1)
+                    : static_cast<double>(bmt::memory::available_device_memory());
+  // The least over the ranks, as the largest of the negated figures.
+  std::int64_t least = -static_cast<std::int64_t>(free);
+  auto& ctx = bmt::context();
+  ctx.host_comm().all_reduce(&least, &least, 1, bmt::DType::i64, bmt::ReduceOp::max, ctx.compute_stream());
+  free = -static_cast<double>(least);
   const double usable = free * 15.0 / 16.0;
   // The activations live beside the forward's state; the backward's gradient shards come as they go.
-  const double taken = state.forward_device_state + state.device_buffers;
+  const double taken = state.forward_sharded_state + state.buffers;
   RecomputeChoice c;
   c.budget_bytes = std::max(0.0, usable - taken);
   const auto plan = bmt::models::plan_recompute(config, options, world, tokens, c.budget_bytes);

@@ -2,11 +2,11 @@
 // --recompute auto: which blocks keep their activations, chosen for the memory this rank has, by
 // the library's planner (bmt::models::plan_recompute) from the estimate of everything else.
 #include <bmtrain/models/causal_lm.hpp>
-#include <bmtrain/optim/memory_estimate.hpp>
 
 #include <cstdint>
 #include <string>
 
+#include "memory_estimate.hpp"
 #include "options.hpp"
 
 namespace bmt_train {
@@ -19,10 +19,11 @@ struct RecomputeChoice {
 };
 
 // The plan for micro-batches of `tokens` tokens, given the memory `state` (this configuration's
-// estimate with nothing kept) leaves of the rank's free memory, less a margin for the allocator's
+// estimate with nothing kept) leaves of the rank's free memory (the least of every rank's, so that
+// all choose alike), less a margin for the allocator's
 // rounding and the kernels' workspaces (1/16 of it). A plan that does not fit even recomputing every
 // block is a bmt::Error naming the figures.
 RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::CausalLMOptions& options, int world,
-                                 std::int64_t tokens, const bmt::optim::MemoryEstimate& state);
+                                 std::int64_t tokens, const MemoryEstimate& state);
 
 }  // namespace bmt_train
