@@ -43,6 +43,8 @@ float mean_loss(const std::vector<bmt::Tensor>& losses) {
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context().topology().world_size) {
+  // From the start: a signal during the setup stops the run after its first step.
+  if (!o_.eval_only) stop_signal_.emplace();
   configure();
   read_checkpoint();
   build_model();
@@ -360,6 +362,19 @@ void Trainer::save(std::int64_t step) {
   bmt::print_rank("saved checkpoint ", published);
 }
 
+int Trainer::stop(std::int64_t step, bool saved) {
+  manager_->settle();  // the last step's outcome (a skip is reported)
+  const std::string why = std::string("stopped after step ") + std::to_string(step) + " of " +
+                          std::to_string(o_.steps) + " on " + stop_signal_->name();
+  if (!checkpoints_) {
+    bmt::print_rank(why, ": nothing saved (no --save); exit status ", kStoppedUnsaved);
+    return kStoppedUnsaved;
+  }
+  if (!saved) save(step);
+  bmt::print_rank(why, ": continue with --resume ", o_.save, " (exit status ", kStoppedSaved, ")");
+  return kStoppedSaved;
+}
+
 int Trainer::run() {
   if (o_.eval_only) return evaluate_only();
   const std::int64_t start = facts_.start_step;
@@ -389,9 +404,15 @@ int Trainer::run() {
     if (log_->prints(r)) bar.clear();
     log_->print(r);
     bar.show(s + 1, o_.steps, seconds_per_step);
-    if (checkpoints_ && o_.save_every > 0 && (s + 1) % o_.save_every == 0 && !last) {
+    const bool saved = checkpoints_ && o_.save_every > 0 && (s + 1) % o_.save_every == 0 && !last;
+    if (saved) {
       bar.clear();
       save(s + 1);
+    }
+    // The last step ends the run anyway, as a completed one.
+    if (!last && stop_signal_->agreed()) {
+      bar.clear();
+      return stop(s + 1, saved);
     }
   }
   bar.clear();

@@ -125,3 +125,35 @@ same_losses() {
     END { if (c != l - f + 1) { print "compared " c " steps, expected " l - f + 1; bad = 1 } exit bad }' \
     <(losses "$a") <(losses "$b")
 }
+
+# start_job NP ARGS...: job, in the background; its output goes to $work/bg.out. wait_job then sets
+# what job sets. job_pid is the time limit's process; mpirun_pid the launcher it started.
+start_job() {
+  local np=$1; shift
+  bg_start=$(date +%s%N)
+  env ${JOB_ENV:-} timeout -k 5 150 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" "$@" >"$work/bg.out" 2>&1 &
+  job_pid=$!
+  mpirun_pid=
+  for _ in $(seq 100); do
+    mpirun_pid=$(pgrep -P "$job_pid" | head -1)
+    [ -n "$mpirun_pid" ] && break
+    sleep 0.05
+  done
+}
+wait_job() {
+  wait "$job_pid"
+  rc=$?
+  out=$(cat "$work/bg.out")
+  secs=$(( ($(date +%s%N) - bg_start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
+  error=$(grep -E "bmt-train: error" <<<"$out" | head -3 | tr '\n' ' ')
+  after=
+  sanitizer_reports
+}
+# wait_for_step FILE STEP: waits (up to 60 s) until the metrics file FILE records STEP.
+wait_for_step() {
+  for _ in $(seq 1200); do
+    grep -q "\"step\":$2[,}]" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
