@@ -215,7 +215,7 @@ ModelConfig TrainOptions::model_config() const {
                 "--rope-theta: expected a Llama model (rotary embeddings), found " << c.arch);
     if (rope_theta > 0.0f) c.rope.theta = rope_theta;
   }
-  c.dtype = bmt::parse_dtype(dtype);
+  c.dtype = bmt::parse_dtype(dtype.empty() ? "f32" : dtype);
   BMT_REQUIRE(bmt::is_floating(c.dtype), "--dtype: expected f32, bf16 or f16, found '" << dtype << "'");
   c.dropout = dropout;
   c.validate();
@@ -267,7 +267,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                     (note.empty() ? "" : " (" + note + ")"));
   };
 
-  t.add("--model", o.model, "Model preset: " + presets + " (default tiny, or --init-from's)");
+  t.add("--model", o.model, "Model preset: " + presets + " (default tiny, or --init-from's, or --resume's)");
   t.add("--init-from", o.init_from,
         "Start from a Hugging Face checkpoint directory (config.json and model.safetensors, or its sharded files "
         "and index): GPT2LMHeadModel or LlamaForCausalLM, bf16, f16 or f32; the model's shape comes from its "
@@ -280,7 +280,9 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   t.add_whole("--dim", o.dim, "Override the preset's model width", size);
   t.add_whole("--ffn", o.ffn, "Override the preset's MLP hidden size", size);
   t.add_whole("--vocab", o.vocab, "Override the preset's vocabulary size", size);
-  t.add("--dtype", o.dtype, "Parameter and compute dtype: f32, bf16 or f16")->capture_default_str()->check(training_dtype());
+  t.add("--dtype", o.dtype, "Parameter and compute dtype: f32, bf16 or f16 (default f32; with --resume, the "
+                            "checkpoint's)")
+      ->check(training_dtype());
   t.add("--dropout", o.dropout, "Dropout probability in the blocks")->capture_default_str();
 
   t.add_whole("--zero-level", o.zero_level, "3: gather parameters in forward and backward; 2: keep them from "
@@ -354,7 +356,8 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
               whole_number(0, std::numeric_limits<int>::max(),
                            "a whole number in [0, " + std::to_string(std::numeric_limits<int>::max()) + "] (0: keep all)"))
       ->capture_default_str();
-  t.add("--resume", o.resume, "Resume from a checkpoint directory (its newest complete step) or a step-N directory");
+  t.add("--resume", o.resume, "Resume from a checkpoint directory (its newest complete step) or a step-N directory; "
+                              "the model is the checkpoint's (model and shape flags, if given, must agree with it)");
   t.add_flag("--progress", o.progress, "Show the live progress bar (default: only on an interactive terminal "
                                        "outside an MPI launcher)");
   t.add_flag("--no-progress", o.no_progress, "Never show the progress bar");

@@ -1,9 +1,11 @@
 #include "resume_state.hpp"
 
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/json_file.hpp>
 #include <bmtrain/runtime/agreement.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 
@@ -61,9 +63,36 @@ ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContex
   return r;
 }
 
-json checkpoint_model(const TrainOptions& o, const ModelConfig& c) {
+ResumedModel resumed_model(const TrainOptions& o, const bmt::io::TrainingState& state, const std::string& dir) {
+  const std::string state_path = dir + "/training_state.json";
+  const std::string where = "training state '" + state_path + "': ";
+  const json* saved = member(state.extra, where, "extra", "model");
+  if (!saved || !o.model.empty() || !o.init_from.empty()) return {o.model_config(), o.model_name()};
+  ResumedModel r{bmt::models::model_config_from_json(*saved, where + "'extra.model'"), "the checkpoint's model"};
+  const auto preset = saved->find("preset");
+  if (preset != saved->end() && preset->is_string() && !preset->get<std::string>().empty()) r.name = *preset;
+  ModelConfig& c = r.config;
+  // Given anyway, a shape must be the record's: set here, check_checkpoint_model names both.
+  for (auto [given, field] : {std::pair{o.layers, &c.layers}, std::pair{o.heads, &c.heads},
+                              std::pair{o.kv_heads, &c.kv_heads}, std::pair{o.dim, &c.dim}, std::pair{o.ffn, &c.ffn},
+                              std::pair{o.vocab, &c.vocab}})
+    if (given > 0) *field = given;
+  BMT_REQUIRE(o.rope_theta == 0.0f || o.rope_theta == c.rope.theta,
+              "--rope-theta " << o.rope_theta << ": expected " << c.rope.theta << " as the checkpoint's model has ("
+                              << state_path << " 'extra.model.rope'), found " << o.rope_theta);
+  if (!o.dtype.empty()) c.dtype = bmt::parse_dtype(o.dtype);
+  c.dropout = o.dropout;  // a setting of the run (its trajectory notes a change), not of the tensors
+  // The keys of the Hugging Face config.json the model came from, which an export writes back.
+  const std::string hf = dir + "/config.json";
+  if (std::filesystem::is_regular_file(hf)) c.hf_source = bmt::io::read_json(hf);
+  BMT_REQUIRE(o.seq <= c.max_seq, "--seq: expected at most " << c.max_seq << " tokens for the checkpoint's model "
+                                                             << r.name << ", found " << o.seq);
+  return r;
+}
+
+json checkpoint_model(const std::string& name, const ModelConfig& c) {
   json j = bmt::models::to_json(c);
-  j["preset"] = o.model_name();
+  j["preset"] = name;
   return j;
 }
 
@@ -102,7 +131,9 @@ void check_checkpoint_model(const bmt::io::TrainingState& state, const json& mod
   }
   BMT_REQUIRE(differences.empty(), "--resume: the checkpoint holds another model (" << differences
                                        << "): expected the same model"
-                                       << (flags.empty() ? std::string() : " (resume with" + flags + ")"));
+                                       << (flags.empty() ? std::string() : " (resume with" + flags + ")")
+                                       << ", or leave out --model, --init-from and the shape flags: the checkpoint "
+                                          "gives the model");
 }
 
 }  // namespace bmt_train

@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <bmtrain/models/hf_config.hpp>
+#include <bmtrain/io/json_file.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
@@ -67,7 +68,22 @@ Trainer::~Trainer() = default;
 // The configuration every rank must share, checked on every rank; the checkpoint root, claimed.
 void Trainer::configure() {
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    cfg_ = o_.model_config();
+    if (o_.resume.empty()) return;
+    facts_.resumed_from = resolve_resume(o_.resume);
+    resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(facts_.resumed_from);
+  });
+  // A resumed run's model is the checkpoint's.
+  if (!facts_.resumed_from.empty())
+    resumed_state_ = bmt::io::load_training_state(facts_.resumed_from + "/training_state.json");  // collective
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
+    if (resumed_state_) {
+      ResumedModel m = resumed_model(o_, *resumed_state_, facts_.resumed_from);
+      cfg_ = std::move(m.config);
+      facts_.model_name = std::move(m.name);
+    } else {
+      cfg_ = o_.model_config();
+      facts_.model_name = o_.model_name();
+    }
     BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
                                                    << world_ << " ranks");
     facts_.local_batch = o_.batch / world_;
@@ -79,10 +95,6 @@ void Trainer::configure() {
     facts_.peak_lr = o_.lr > 0 ? o_.lr : cfg_.default_lr;
     data_ = open_training_data(o_, cfg_);
     facts_.entropy_rate = data_.entropy_rate;
-    if (!o_.resume.empty()) {
-      facts_.resumed_from = resolve_resume(o_.resume);
-      resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(facts_.resumed_from);
-    }
   });
   // Every rank must train the same model the same way with the same library, from the same
   // checkpoint: a rank started differently (an MPMD launch, another build on some nodes) stops the
@@ -113,9 +125,9 @@ void Trainer::read_checkpoint() {
   context.marked_step = resumed_marked_step_;
   context.run_steps = o_.steps;
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    const auto state = bmt::io::load_training_state(context.state_path);  // collective, agreed on its own
+    const auto& state = *resumed_state_;
     resumed_ = resume_point(state, context);
-    check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
+    check_checkpoint_model(state, checkpoint_model(facts_.model_name, cfg_), context);
     const auto saved = state.extra.find("trajectory");
     facts_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
                                              run_trajectory(), resumed_.step);
@@ -345,8 +357,11 @@ void Trainer::save(std::int64_t step) {
   adamw_->flush();     // the model's values as of the last update (an offloaded one may be in flight)
   const std::string dir = checkpoints_->begin_save(step);
   fault_.at(FaultInjection::Point::save_begun, step);
-  const nlohmann::json model_json = checkpoint_model(o_, cfg_);
+  const nlohmann::json model_json = checkpoint_model(facts_.model_name, cfg_);
   bmt::save(*model_, dir + "/model.safetensors", {{"format", "bmtrain"}, {"model", model_json.dump()}});
+  // The Hugging Face config.json of the model (with the keys of the one it came from, which a
+  // resumed run's --export-hf writes back).
+  bmt::run_on_root(MPI_COMM_NULL, [&] { bmt::io::write_json_atomic(dir + "/config.json", bmt::models::hf_config_json(cfg_)); });
   fault_.at(FaultInjection::Point::save_model_written, step);
   bmt::io::save_optimizer(*adamw_, dir + "/optimizer.safetensors");
   bmt::io::TrainingState st;
@@ -432,7 +447,7 @@ int Trainer::run() {
   if (o_.steps > start) {
     fault_.at(FaultInjection::Point::plot, o_.steps);
     bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-      log_->finish("bmt-train " + o_.model_name() + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
+      log_->finish("bmt-train " + facts_.model_name + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
                    data_.entropy_rate);
     });
   }

@@ -64,6 +64,7 @@ class Trainer {
   TrainingData data_;
   RunFacts facts_;
   std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names
+  std::optional<bmt::io::TrainingState> resumed_state_;  // the --resume checkpoint's, as read
   ResumePoint resumed_;                    // where the resumed checkpoint stands (checked)
   FaultInjection fault_;
   std::unique_ptr<bmt::models::CausalLM> model_;

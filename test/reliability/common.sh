@@ -97,6 +97,12 @@ expect_no_processes() {
   [ -z "$left" ] || { fail "$1: processes still running: $(ps -o pid=,args= -p $(echo $left | tr ' ' ',') | head -3)"; return 1; }
 }
 
+# Token files. int32 V...: little-endian int32s -> stdout. counting_tokens N: N tokens counting 0, 1,
+# ..., 255, 0, ... (little-endian uint16) -> stdout. llmc_shard MAGIC N: an llm.c shard of them.
+int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
+counting_tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
+llmc_shard() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; counting_tokens "$n"; }
+
 # The newest step with a COMPLETE marker under a checkpoint root ("none" if there is none).
 latest_complete() {
   local best=none d s
