@@ -111,6 +111,7 @@ void Trainer::configure() {
       if (bmt::rank() == 0) {
         check_writable_root(o_.save);
         save_lock_ = std::make_unique<bmt::io::DirectoryLock>(o_.save, "--save");
+        check_own_root(o_.save, facts_.resumed_from);
       }
     });
   }
