@@ -19,6 +19,10 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg,
   plan.offload = o.offload;
   plan.accumulates = accumulation > 1;
   const auto e = bmt::optim::estimate_memory(plan);
+  if (o.eval_only) {
+    const double values = static_cast<double>(bmt::dtype_size(cfg.dtype));
+    return {static_cast<double>(plan.parameters) * values / world, e.device_buffers, 0, values, 0};
+  }
   return {e.device_state, e.device_buffers, e.host_state, e.device_bytes_per_parameter, e.host_bytes_per_parameter};
 }
 

@@ -143,8 +143,7 @@ void Trainer::build_model() {
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     facts_.memory = estimate_memory(o_, cfg_, model_options, world_, facts_.accumulation);
-    // An evaluation holds no optimizer state, which the estimate counts.
-    if (!o_.eval_only) require_memory(facts_.memory);
+    require_memory(facts_.memory);
     model_ = std::make_unique<bmt::models::CausalLM>(cfg_, model_options);
   });
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
