@@ -24,6 +24,7 @@ struct ResumePoint {
   int clean_steps = 0;                   // steps since the loss scale last changed
   std::uint64_t key_counter = 0;         // the dropout RNG's position
   bmt::data::LoaderState data;             // the data loader's position
+  std::optional<std::int64_t> optimizer_steps;  // the updates applied ('extra.optimizer_steps'; absent: unchecked)
 };
 
 // Where a checkpoint was found and the run that continues it.

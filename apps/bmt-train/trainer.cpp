@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "checkpoint_paths.hpp"
+#include "data_file_stamps.hpp"
 #include "output_files.hpp"
 #include "peak_flops.hpp"
 #include "progress_bar.hpp"
@@ -132,6 +133,10 @@ void Trainer::read_checkpoint() {
     const auto saved = state.extra.find("trajectory");
     facts_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
                                              run_trajectory(), resumed_.step);
+    const auto stamps = state.extra.find("data_file_stamps");
+    if (stamps != state.extra.end())
+      for (auto& note : data_file_changes(*stamps, data_file_stamps(data_.files), resumed_.step))
+        facts_.resume_notes.push_back(std::move(note));
   });
   facts_.start_step = resumed_.step;
 }
@@ -198,6 +203,13 @@ void Trainer::resume() {
     BMT_REQUIRE(adamw_->step_count() <= resumed_.step,
                 "optimizer state '" << path << "': metadata 'step': expected at most the checkpoint's step "
                                     << resumed_.step << ", found " << adamw_->step_count());
+    // The training state says how many it applied (skipped steps apply none): another save's
+    // optimizer file, an earlier step's, does not pass for this one's.
+    if (resumed_.optimizer_steps)
+      BMT_REQUIRE(adamw_->step_count() == *resumed_.optimizer_steps,
+                  "optimizer state '" << path << "': metadata 'step': expected " << *resumed_.optimizer_steps
+                                      << ", the updates the training state says were applied ('extra.optimizer_steps'), "
+                                      << "found " << adamw_->step_count() << " (the optimizer file of another save?)");
     // The position must lie within this run's data.
     const std::string problem = bmt::error_of([&] { loader_->restore(resumed_.data); });
     BMT_REQUIRE(problem.empty(), "training state '" << facts_.resumed_from << "/training_state.json': 'data': " << problem);
@@ -370,7 +382,11 @@ void Trainer::save(std::int64_t step) {
   st.loss_scaler = {{"scale", manager_->loss_scale()}, {"clean_steps", manager_->clean_steps()}};
   st.rng = {{"seed", o_.seed}, {"key_counter", bmt::random::key_counter()}};
   st.data = loader_->state();
-  st.extra = {{"model", model_json}, {"world_size", world_}, {"trajectory", run_trajectory()}};
+  st.extra = {{"model", model_json},
+              {"world_size", world_},
+              {"trajectory", run_trajectory()},
+              {"optimizer_steps", adamw_->step_count()},
+              {"data_file_stamps", data_file_stamps(data_.files)}};
   bmt::io::save_training_state(dir + "/training_state.json", st);
   fault_.at(FaultInjection::Point::save_files_written, step);
   const std::string published = checkpoints_->commit_save(step);
