@@ -350,7 +350,8 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
               at_least(0, "0: never"));
   t.add_whole("--eval-batches", o.eval_batches, "Global batches per evaluation", at_least(1, ""))
       ->capture_default_str();
-  t.add("--save", o.save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept)");
+  t.add("--save", o.save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept); it may hold "
+                          "no other run's checkpoints");
   t.add_whole("--save-every", o.save_every, "Save every N steps (0: only at the end)", at_least(0, "0: only at the end"));
   t.add_whole("--keep-last", o.keep_last, "Complete checkpoints to keep",
               whole_number(0, std::numeric_limits<int>::max(),
