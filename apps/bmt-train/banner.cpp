@@ -29,7 +29,7 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
   bmt::print_rank("+--------------------------------------------------------------");
   const std::string kv_heads =
       cfg.kv_head_count() != cfg.heads ? " (" + std::to_string(cfg.kv_head_count()) + " key/value)" : "";
-  bmt::print_rank("| bmt-train  model ", o.model_name(), " (", cfg.arch, ", ", cfg.layers, " layers, ", cfg.heads,
+  bmt::print_rank("| bmt-train  model ", f.model_name, " (", cfg.arch, ", ", cfg.layers, " layers, ", cfg.heads,
                   " heads", kv_heads, ", dim ", cfg.dim, ", vocab ", cfg.vocab, ")");
   bmt::print_rank("| parameters ", count_text(static_cast<double>(cfg.parameter_count())), "  world size ", world, " (",
                   ctx.topology().node_count, " node", ctx.topology().node_count > 1 ? "s" : "", ", ",

@@ -48,4 +48,23 @@ void check_writable_root(const std::string& root) {
   std::filesystem::remove(probe, ec);
 }
 
+void check_own_root(const std::string& root, const std::string& resumed_from) {
+  const auto steps = bmt::io::CheckpointDir::complete_steps(root);
+  if (steps.empty()) return;
+  std::error_code ec;
+  if (!resumed_from.empty() && std::filesystem::equivalent(std::filesystem::path(resumed_from).parent_path(), root, ec))
+    return;
+  std::string found;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i == 3 && steps.size() > 4) {  // a long list: the first three and the newest
+      found += ", ..., step-" + std::to_string(steps.back());
+      break;
+    }
+    found += (i ? ", step-" : "step-") + std::to_string(steps[i]);
+  }
+  BMT_REQUIRE(false, "--save '" << root << "': expected a folder without another run's checkpoints (this run would "
+                                << "prune them), found " << found << (resumed_from.empty() ? std::string() : " (this run resumes " + resumed_from + ")") << ": continue that run with --resume " << root
+                                << ", or choose another --save folder");
+}
+
 }  // namespace bmt_train

@@ -5,6 +5,8 @@
 //
 // Bad input (an unknown flag or preset, a batch that does not split over the ranks, a missing data
 // file, ranks started with different options) ends every rank with a one-line error and exit code 2.
+// SIGUSR1 or SIGTERM stops every rank after the same step: exit code 75 with a checkpoint saved
+// there, 76 without --save (stop_signal.hpp).
 #include <bmtrain/bmtrain.hpp>
 
 #include <cstdio>

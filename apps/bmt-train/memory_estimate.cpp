@@ -21,6 +21,13 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg,
   plan.moments = bmt::parse_dtype(o.moments);
   const auto e = bmt::optim::estimate_memory(plan);
   MemoryEstimate m;
+  if (o.eval_only) {  // the parameters' shards alone, and the buffers
+    const double values = static_cast<double>(bmt::dtype_size(cfg.dtype));
+    m.sharded_state = m.forward_sharded_state = static_cast<double>(plan.parameters) * values / world;
+    m.buffers = e.device_buffers;
+    m.device_bytes_per_parameter = m.forward_device_bytes_per_parameter = values;
+    return m;
+  }
   m.sharded_state = e.device_state;
   m.forward_sharded_state = e.forward_device_state;
   m.buffers = e.device_buffers;

@@ -21,6 +21,7 @@ struct MemoryEstimate {
 
 // For `options` (the model run as `model_options`) on `world` ranks with `accumulation` micro-batches
 // a step: the model's plan from the library (bmt::models::memory_plan), the optimizer's options on it.
+// With --eval-only, the parameters' shards alone and the buffers (no gradient or optimizer state).
 MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config,
                                const bmt::models::CausalLMOptions& model_options, int world,
                                std::int64_t accumulation);

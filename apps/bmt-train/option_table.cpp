@@ -154,7 +154,7 @@ std::vector<OptionRow> make_table() {
   };
 
   // model
-  add(Row("--model", &O::model, "Model preset: " + presets + " (default tiny, or --init-from's)").agree(Agree::model));
+  add(Row("--model", &O::model, "Model preset: " + presets + " (default tiny, or --init-from's, or --resume's)").agree(Agree::model));
   add(Row("--init-from", &O::init_from,
           "Start from a Hugging Face checkpoint directory (config.json and model.safetensors, or its sharded files "
           "and index): GPT2LMHeadModel or LlamaForCausalLM, bf16, f16 or f32; the model's shape comes from its "
@@ -169,9 +169,9 @@ std::vector<OptionRow> make_table() {
   add(Row("--dim", &O::dim, "Override the preset's model width").takes(size()).sets_model("dim"));
   add(Row("--ffn", &O::ffn, "Override the preset's MLP hidden size").takes(size()).sets_model("ffn"));
   add(Row("--vocab", &O::vocab, "Override the preset's vocabulary size").takes(size()).sets_model("vocab"));
-  add(Row("--dtype", &O::dtype, "Parameter and compute dtype: f32, bf16 or f16")
+  add(Row("--dtype", &O::dtype,
+          "Parameter and compute dtype: f32, bf16 or f16 (default f32; with --resume, the checkpoint's)")
           .takes(training_dtype(), "DTYPE")
-          .shows_default()
           .sets_model("dtype"));
   add(Row("--dropout", &O::dropout, "Dropout probability in the blocks")
           .takes(real_number(0, 1, false, true, "a probability in [0, 1)"))
@@ -300,7 +300,8 @@ std::vector<OptionRow> make_table() {
                                           "validation data: --val-data, or --data synthetic)")
           .takes(at_least(0, "0: never")));
   add(Row("--eval-batches", &O::eval_batches, "Global batches per evaluation").takes(at_least(1)).shows_default());
-  add(Row("--save", &O::save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept)"));
+  add(Row("--save", &O::save, "Checkpoint directory (step-N subdirectories, the last --keep-last kept); it may hold "
+                              "no other run's checkpoints"));
   add(Row("--save-every", &O::save_every, "Save every N steps (0: only at the end)")
           .takes(at_least(0, "0: only at the end")));
   add(Row("--keep-last", &O::keep_last, "Complete checkpoints to keep")
@@ -309,7 +310,8 @@ std::vector<OptionRow> make_table() {
                                   "] (0: keep all)"))
           .shows_default());
   add(Row("--resume", &O::resume, "Resume from a checkpoint directory (its newest complete step) or a step-N "
-                                  "directory"));
+                                  "directory; the model is the checkpoint's (model and shape flags, if given, must "
+                                  "agree with it)"));
   add(Row("--progress", &O::progress, "Show the live progress bar (default: only on an interactive terminal "
                                       "outside an MPI launcher)")
           .agree(Agree::no));

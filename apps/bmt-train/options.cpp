@@ -112,7 +112,7 @@ ModelConfig TrainOptions::model_config() const {
                 "--rope-theta: expected a Llama model (rotary embeddings), found " << c.arch);
     if (rope_theta > 0.0f) c.rope.theta = rope_theta;
   }
-  c.dtype = bmt::parse_dtype(dtype);
+  c.dtype = bmt::parse_dtype(dtype.empty() ? "f32" : dtype);
   BMT_REQUIRE(bmt::is_floating(c.dtype), "--dtype: expected f32, bf16 or f16, found '" << dtype << "'");
   c.dropout = dropout;
   c.validate();

@@ -19,7 +19,7 @@ struct TrainOptions {
   std::int64_t layers = 0, heads = 0, kv_heads = 0, dim = 0, ffn = 0, vocab = 0;  // 0: the preset's
   float rope_theta = 0.0f;                                                        // 0: the preset's
   std::string init_from;  // a Hugging Face checkpoint directory: the model's shape and first weights
-  std::string dtype = "f32";
+  std::string dtype;  // empty: f32, or with --resume the checkpoint's
   float dropout = 0.0f;
   bool fp8 = false;  // the blocks' linear layers in FP8 (bmt::models::CausalLMOptions::fp8)
   // distribution and memory

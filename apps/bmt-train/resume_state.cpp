@@ -1,9 +1,12 @@
 #include "resume_state.hpp"
 
 #include <bmtrain/bmtrain.hpp>
+#include <bmtrain/io/json_file.hpp>
 #include <bmtrain/runtime/agreement.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 
@@ -32,6 +35,15 @@ std::uint64_t unsigned_member(const json& component, const std::string& where, c
   return v->get<std::uint64_t>();
 }
 
+// A number the trajectory records (`extra.trajectory.<key>`), when present: at least `low`.
+void trajectory_at_least(const json& trajectory, const std::string& where, const char* key, double low) {
+  const auto it = trajectory.find(key);
+  if (it == trajectory.end() || !it->is_number()) return;  // absent or of another kind: trajectory_changes says so
+  const double v = it->get<double>();
+  BMT_REQUIRE(std::isfinite(v) && v >= low, where << "'extra.trajectory." << key << "': expected a finite number >= "
+                                                  << low << ", found " << it->dump());
+}
+
 }  // namespace
 
 ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContext& context) {
@@ -57,15 +69,67 @@ ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContex
   r.clean_steps = static_cast<int>(unsigned_member(
       state.loss_scaler, where, "loss_scaler", "clean_steps", 0,
       std::min<std::uint64_t>(step, static_cast<std::uint64_t>(std::numeric_limits<int>::max()))));
+  if (const json* name = member(state.lr_scheduler, where, "lr_scheduler", "name")) {
+    const auto& names = {"constant", "linear", "cosine", "noam", "exponential"};
+    BMT_REQUIRE(name->is_string() && std::find(names.begin(), names.end(), name->get<std::string>()) != names.end(),
+                where << "'lr_scheduler.name': expected constant, linear, cosine, noam or exponential, found "
+                      << name->dump());
+  }
+  // The dropout RNG's position: without it the run would continue with other dropout masks.
+  BMT_REQUIRE(member(state.rng, where, "rng", "key_counter"),
+              where << "'rng.key_counter': expected the dropout RNG's position, found none");
   r.key_counter = unsigned_member(state.rng, where, "rng", "key_counter", 0, std::numeric_limits<std::uint64_t>::max());
+  unsigned_member(state.rng, where, "rng", "seed", 0, std::numeric_limits<std::uint64_t>::max());
   const std::string data_problem = bmt::error_of([&] { r.data = state.data.get<bmt::data::LoaderState>(); });
   BMT_REQUIRE(data_problem.empty(), where << "'data': " << data_problem);
+  // Each step takes one batch, and starts at most one new epoch.
+  BMT_REQUIRE(r.data.epoch <= step, where << "'data.epoch': expected at most the step " << step
+                                          << " (a step starts at most one epoch), found " << r.data.epoch);
+  if (state.extra.is_object()) {
+    unsigned_member(state.extra, where, "extra", "world_size", 1, std::numeric_limits<int>::max());
+    if (const json* w = member(state.extra, where, "extra", "world_size"))
+      BMT_REQUIRE(*w != 0, where << "'extra.world_size': expected a number of ranks >= 1, found 0");
+    if (member(state.extra, where, "extra", "optimizer_steps"))
+      r.optimizer_steps = static_cast<std::int64_t>(unsigned_member(state.extra, where, "extra", "optimizer_steps", 0, step));
+    if (const json* t = member(state.extra, where, "extra", "trajectory"); t && t->is_object()) {
+      for (const char* key : {"lr", "min_lr", "warmup", "micro_batch", "weight_decay", "grad_clip", "dropout"})
+        trajectory_at_least(*t, where, key, 0);
+      for (const char* key : {"schedule_steps", "batch", "seq", "world_size"}) trajectory_at_least(*t, where, key, 1);
+    }
+  }
   return r;
 }
 
-json checkpoint_model(const TrainOptions& o, const ModelConfig& c) {
+ResumedModel resumed_model(const TrainOptions& o, const bmt::io::TrainingState& state, const std::string& dir) {
+  const std::string state_path = dir + "/training_state.json";
+  const std::string where = "training state '" + state_path + "': ";
+  const json* saved = member(state.extra, where, "extra", "model");
+  if (!saved || !o.model.empty() || !o.init_from.empty()) return {o.model_config(), o.model_name()};
+  ResumedModel r{bmt::models::model_config_from_json(*saved, where + "'extra.model'"), "the checkpoint's model"};
+  const auto preset = saved->find("preset");
+  if (preset != saved->end() && preset->is_string() && !preset->get<std::string>().empty()) r.name = *preset;
+  ModelConfig& c = r.config;
+  // Given anyway, a shape must be the record's: set here, check_checkpoint_model names both.
+  for (auto [given, field] : {std::pair{o.layers, &c.layers}, std::pair{o.heads, &c.heads},
+                              std::pair{o.kv_heads, &c.kv_heads}, std::pair{o.dim, &c.dim}, std::pair{o.ffn, &c.ffn},
+                              std::pair{o.vocab, &c.vocab}})
+    if (given > 0) *field = given;
+  BMT_REQUIRE(o.rope_theta == 0.0f || o.rope_theta == c.rope.theta,
+              "--rope-theta " << o.rope_theta << ": expected " << c.rope.theta << " as the checkpoint's model has ("
+                              << state_path << " 'extra.model.rope'), found " << o.rope_theta);
+  if (!o.dtype.empty()) c.dtype = bmt::parse_dtype(o.dtype);
+  c.dropout = o.dropout;  // a setting of the run (its trajectory notes a change), not of the tensors
+  // The keys of the Hugging Face config.json the model came from, which an export writes back.
+  const std::string hf = dir + "/config.json";
+  if (std::filesystem::is_regular_file(hf)) c.hf_source = bmt::io::read_json(hf);
+  BMT_REQUIRE(o.seq <= c.max_seq, "--seq: expected at most " << c.max_seq << " tokens for the checkpoint's model "
+                                                             << r.name << ", found " << o.seq);
+  return r;
+}
+
+json checkpoint_model(const std::string& name, const ModelConfig& c) {
   json j = bmt::models::to_json(c);
-  j["preset"] = o.model_name();
+  j["preset"] = name;
   return j;
 }
 
@@ -99,7 +163,9 @@ void check_checkpoint_model(const bmt::io::TrainingState& state, const json& mod
   }
   BMT_REQUIRE(differences.empty(), "--resume: the checkpoint holds another model (" << differences
                                        << "): expected the same model"
-                                       << (flags.empty() ? std::string() : " (resume with" + flags + ")"));
+                                       << (flags.empty() ? std::string() : " (resume with" + flags + ")")
+                                       << ", or leave out --model, --init-from and the shape flags: the checkpoint "
+                                          "gives the model");
 }
 
 }  // namespace bmt_train

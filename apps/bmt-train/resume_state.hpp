@@ -24,6 +24,7 @@ struct ResumePoint {
   int clean_steps = 0;                   // steps since the loss scale last changed
   std::uint64_t key_counter = 0;         // the dropout RNG's position
   bmt::data::LoaderState data;             // the data loader's position
+  std::optional<std::int64_t> optimizer_steps;  // the updates applied ('extra.optimizer_steps'; absent: unchecked)
 };
 
 // Where a checkpoint was found and the run that continues it.
@@ -35,9 +36,21 @@ struct ResumeContext {
 
 ResumePoint resume_point(const bmt::io::TrainingState& state, const ResumeContext& context);
 
+// The model a resumed run trains and its name. From the checkpoint's record (`extra.model`, and the
+// config.json beside it for the keys an --export-hf writes back), with this run's --dropout and,
+// where given, --dtype and the shape flags, which check_checkpoint_model then holds to the record.
+// With --model or --init-from, or a checkpoint without a record (another program's), the model
+// the options describe.
+struct ResumedModel {
+  ModelConfig config;
+  std::string name;  // the preset's, or what the model came from
+};
+ResumedModel resumed_model(const TrainOptions& options, const bmt::io::TrainingState& state,
+                           const std::string& checkpoint_dir);
+
 // The model as a checkpoint records it (training_state.json's 'extra.model', model.safetensors'
-// metadata).
-nlohmann::json checkpoint_model(const TrainOptions& options, const ModelConfig& config);
+// metadata): the configuration and, as "preset", the model's name.
+nlohmann::json checkpoint_model(const std::string& name, const ModelConfig& config);
 // The checkpoint's model (`extra.model`, when the state has one) against the run's, before any
 // tensor is read: a different dtype or shape is one line naming both and the flags that match it.
 void check_checkpoint_model(const bmt::io::TrainingState& state, const nlohmann::json& model,

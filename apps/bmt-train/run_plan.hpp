@@ -11,6 +11,7 @@
 namespace bmt_train {
 
 struct RunPlan {
+  std::string model_name;         // the preset's, or what the model came from (--init-from, --resume)
   std::int64_t local_batch = 0;   // sequences a rank takes a step
   std::int64_t micro_batch = 0;   // sequences a rank takes a forward
   std::int64_t accumulation = 1;  // micro-batches a step

@@ -30,38 +30,52 @@ std::string plot_path(const TrainOptions& o) {
   return o.metrics + ".svg";
 }
 
-std::string whole_file(int fd, const std::string& path) {
-  std::string text;
+// Whole records of steps up to `last_step` at the start of the file: the bytes before the first
+// line that is not such a record (a later step, or a line cut short by a crash). Reads no further
+// than that line, and gives up on a line longer than any record, so that a file of another kind,
+// however large, costs one buffer. Sets `first_dropped` to the first later step, or -1.
+std::uint64_t records_up_to(int fd, const std::string& path, std::int64_t last_step, std::int64_t& first_dropped) {
+  constexpr std::size_t longest_record = 1 << 16;
+  first_dropped = -1;
+  std::string pending;  // read, not yet taken as whole lines
+  std::uint64_t kept = 0, at = 0;
   char buffer[1 << 16];
-  for (std::uint64_t at = 0;;) {
+  while (true) {
+    std::size_t end;
+    while ((end = pending.find('\n')) != std::string::npos) {
+      const auto j = nlohmann::json::parse(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(end), nullptr,
+                                           false);
+      const auto step = j.is_object() ? j.find("step") : j.end();
+      if (j.is_discarded() || !j.is_object() || step == j.end() || !step->is_number_integer()) return kept;
+      if (step->get<std::int64_t>() > last_step) {
+        first_dropped = step->get<std::int64_t>();
+        return kept;
+      }
+      kept += end + 1;
+      pending.erase(0, end + 1);
+    }
+    if (pending.size() > longest_record) return kept;
     const ssize_t n = ::pread(fd, buffer, sizeof buffer, static_cast<off_t>(at));
     if (n < 0 && errno == EINTR) continue;
     BMT_REQUIRE(n >= 0, "--metrics: cannot read '" << path << "' to resume it: " << std::strerror(errno));
-    if (n == 0) return text;
-    text.append(buffer, static_cast<std::size_t>(n));
+    if (n == 0) return kept;  // the rest has no newline: cut short
+    pending.append(buffer, static_cast<std::size_t>(n));
     at += static_cast<std::uint64_t>(n);
   }
 }
 
-// The bytes of `text` that hold whole records of steps up to `last_step`: everything before the
-// first line that is not such a record (a later step, or a line cut short by a crash).
-std::uint64_t records_up_to(const std::string& text, std::int64_t last_step, std::int64_t& first_dropped) {
-  std::size_t at = 0;
-  first_dropped = -1;
-  while (at < text.size()) {
-    const std::size_t end = text.find('\n', at);
-    if (end == std::string::npos) break;  // no newline: cut short
-    const auto j = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(at),
-                                         text.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
-    const auto step = j.is_object() ? j.find("step") : j.end();
-    if (j.is_discarded() || !j.is_object() || step == j.end() || !step->is_number_integer()) break;
-    if (step->get<std::int64_t>() > last_step) {
-      first_dropped = step->get<std::int64_t>();
-      break;
-    }
-    at = end + 1;
-  }
-  return at;
+// A device or pipe takes the records as a stream: nothing is read back, cut or drawn from it. One
+// that gives data back when read (/dev/zero, /dev/full, /dev/urandom) is no place for them; a
+// terminal is not read (that would take its input).
+void check_stream(int fd, const std::string& path, const struct stat& st) {
+  if (!S_ISCHR(st.st_mode) || ::isatty(fd)) return;
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  char byte;
+  const ssize_t n = ::read(fd, &byte, 1);
+  ::fcntl(fd, F_SETFL, flags);
+  BMT_REQUIRE(n <= 0, "--metrics '" << path << "': expected a regular file, or a device that takes records without "
+                                    << "giving any back (such as /dev/null), found a device that reads back data");
 }
 
 }  // namespace
@@ -75,21 +89,36 @@ StepLog::StepLog(const TrainOptions& options, std::int64_t start_step) : o_(opti
   if (created) fd_ = ::open(o_.metrics.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   BMT_REQUIRE(fd_ >= 0, "--metrics: cannot write '" << o_.metrics << "': " << std::strerror(errno));
   try {
+    struct stat st {};
+    BMT_REQUIRE(::fstat(fd_, &st) == 0, "--metrics: cannot examine '" << o_.metrics << "': " << std::strerror(errno));
+    regular_ = S_ISREG(st.st_mode);
+    if (!regular_) {
+      check_stream(fd_, o_.metrics, st);
+      BMT_REQUIRE(o_.plot.empty(), "--plot '" << o_.plot << "': expected --metrics to be a regular file to draw the "
+                                              << "loss curve from, found '" << o_.metrics << "', which is not one");
+      return;
+    }
     check_output_file("--plot", plot_path(o_));
+    // A fresh run replaces the file; a resumed one keeps the records up to its step.
+    std::int64_t first_dropped = -1;
+    size_ = start_step > 0 ? records_up_to(fd_, o_.metrics, start_step, first_dropped) : 0;
+    cut_pending_ = size_ < static_cast<std::uint64_t>(st.st_size);
+    // A resumed run replaces only what follows its records: a file that does not start with one
+    // is something else, which it would replace whole.
+    BMT_REQUIRE(start_step == 0 || !cut_pending_ || size_ > 0 || first_dropped > 0,
+                "--metrics '" << o_.metrics << "': expected the metrics of the run resumed (JSON lines with a "
+                              << "\"step\"), found a file of " << st.st_size << " bytes whose first line is not one: "
+                              << "resuming would replace it; give another --metrics path, or remove the file");
+    if (start_step > 0 && cut_pending_)
+      bmt::print_rank("--metrics: the records in '", o_.metrics, "' after step ", start_step,
+                      first_dropped > 0 ? " (from step " + std::to_string(first_dropped) + " on)" : std::string(),
+                      " are replaced by this run's");
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
     if (created) ::unlink(o_.metrics.c_str());
     throw;
   }
-  const std::string text = whole_file(fd_, o_.metrics);
-  std::int64_t first_dropped = -1;
-  size_ = start_step > 0 ? records_up_to(text, start_step, first_dropped) : 0;
-  cut_pending_ = size_ < text.size();
-  if (start_step > 0 && cut_pending_)
-    bmt::print_rank("--metrics: the records in '", o_.metrics, "' after step ", start_step,
-                    first_dropped > 0 ? " (from step " + std::to_string(first_dropped) + " on)" : std::string(),
-                    " are replaced by this run's");
 }
 
 StepLog::~StepLog() {
@@ -118,7 +147,8 @@ void StepLog::record(const StepRecord& r) {
   std::size_t done = 0;
   int err = 0;
   while (done < line.size()) {
-    const ssize_t n = ::pwrite(fd_, line.data() + done, line.size() - done, static_cast<off_t>(size_ + done));
+    const ssize_t n = regular_ ? ::pwrite(fd_, line.data() + done, line.size() - done, static_cast<off_t>(size_ + done))
+                               : ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       err = n < 0 ? errno : ENOSPC;
@@ -138,6 +168,8 @@ void StepLog::record(const StepRecord& r) {
     }
     return;
   }
+  BMT_REQUIRE(regular_, "--metrics '" << o_.metrics << "': writing the record of step " << r.step << " failed: "
+                                      << std::strerror(err));
   // Whatever part of the record went out is taken back (shrinking needs no space), so the file
   // keeps whole lines.
   const bool restored = ::ftruncate(fd_, static_cast<off_t>(size_)) == 0;
@@ -167,6 +199,10 @@ void StepLog::finish(const std::string& title, double entropy_rate) {
   const int closed = ::close(fd_);
   fd_ = -1;
   BMT_REQUIRE(closed == 0, "--metrics '" << o_.metrics << "': closing the file failed: " << std::strerror(errno));
+  if (!regular_) {
+    bmt::print_rank("loss curve: none (--metrics '", o_.metrics, "' is not a regular file to draw it from)");
+    return;
+  }
   const std::string svg = plot_path(o_);
   plot_loss_curve(o_.metrics, svg, title, entropy_rate);
   bmt::print_rank("loss curve: ", svg);

@@ -28,8 +28,10 @@ class StepLog {
   // Opens --metrics on rank 0: a new run writes it from the start; a run resuming at start_step > 0
   // keeps the records of steps up to start_step and replaces those after it (a run that went on
   // past its last checkpoint wrote them), so no step is recorded twice. What the file held beyond
-  // the records kept is cut when the first record is written, not before. Checks that the loss
-  // curve's path can be written. Throws bmt::Error when either cannot be written.
+  // the records kept is cut when the first record is written, not before; only the records kept
+  // are read. A device or pipe (/dev/null) is written as a stream, with no loss curve; one that
+  // reads back data (/dev/zero) is refused. Checks that the loss curve's path can be written.
+  // Throws bmt::Error when either cannot be written.
   StepLog(const TrainOptions& options, std::int64_t start_step);
   ~StepLog();
   StepLog(const StepLog&) = delete;
@@ -51,6 +53,7 @@ class StepLog {
  private:
   const TrainOptions& o_;
   int fd_ = -1;
+  bool regular_ = true;        // false: a device or pipe, written as a stream (never read, cut or drawn)
   std::uint64_t size_ = 0;     // bytes of whole records in the file
   bool cut_pending_ = false;    // the file holds more than those, to be cut
 };

@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <bmtrain/models/hf_config.hpp>
+#include <bmtrain/io/json_file.hpp>
 #include <bmtrain/io/model_checkpoint.hpp>
 #include <bmtrain/io/training_state.hpp>
 #include <bmtrain/runtime/configuration_check.hpp>
@@ -13,6 +14,7 @@
 #include <cstdio>
 
 #include "checkpoint_paths.hpp"
+#include "data_file_stamps.hpp"
 #include "output_files.hpp"
 #include "peak_flops.hpp"
 #include "progress_bar.hpp"
@@ -43,6 +45,8 @@ float mean_loss(const std::vector<bmt::Tensor>& losses) {
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& options) : o_(options), world_(bmt::context().topology().world_size) {
+  // From the start: a signal during the setup stops the run after its first step.
+  if (!o_.eval_only) stop_signal_.emplace();
   configure();
   read_checkpoint();
   build_model();
@@ -65,7 +69,22 @@ Trainer::~Trainer() = default;
 // The configuration every rank must share, checked on every rank; the checkpoint root, claimed.
 void Trainer::configure() {
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    cfg_ = o_.model_config();
+    if (o_.resume.empty()) return;
+    plan_.resumed_from = resolve_resume(o_.resume);
+    resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(plan_.resumed_from);
+  });
+  // A resumed run's model is the checkpoint's.
+  if (!plan_.resumed_from.empty())
+    resumed_state_ = bmt::io::load_training_state(plan_.resumed_from + "/training_state.json");  // collective
+  bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
+    if (resumed_state_) {
+      ResumedModel m = resumed_model(o_, *resumed_state_, plan_.resumed_from);
+      cfg_ = std::move(m.config);
+      plan_.model_name = std::move(m.name);
+    } else {
+      cfg_ = o_.model_config();
+      plan_.model_name = o_.model_name();
+    }
     BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
                                                    << world_ << " ranks");
     plan_.local_batch = o_.batch / world_;
@@ -77,10 +96,6 @@ void Trainer::configure() {
     plan_.peak_lr = o_.peak_lr(cfg_);
     data_ = open_training_data(o_, cfg_);
     plan_.entropy_rate = data_.entropy_rate;
-    if (!o_.resume.empty()) {
-      plan_.resumed_from = resolve_resume(o_.resume);
-      resumed_marked_step_ = bmt::io::CheckpointDir::marked_step(plan_.resumed_from);
-    }
   });
   // Every rank must train the same model the same way with the same library, from the same
   // checkpoint: a rank started differently (an MPMD launch, another build on some nodes) stops the
@@ -97,6 +112,7 @@ void Trainer::configure() {
       if (bmt::rank() == 0) {
         check_writable_root(o_.save);
         save_lock_ = std::make_unique<bmt::io::DirectoryLock>(o_.save, "--save");
+        check_own_root(o_.save, plan_.resumed_from);
       }
     });
   }
@@ -111,12 +127,16 @@ void Trainer::read_checkpoint() {
   context.marked_step = resumed_marked_step_;
   context.run_steps = o_.steps;
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    const auto state = bmt::io::load_training_state(context.state_path);  // collective, agreed on its own
+    const auto& state = *resumed_state_;
     resumed_ = resume_point(state, context);
-    check_checkpoint_model(state, checkpoint_model(o_, cfg_), context);
+    check_checkpoint_model(state, checkpoint_model(plan_.model_name, cfg_), context);
     const auto saved = state.extra.find("trajectory");
     plan_.resume_notes = trajectory_changes(saved == state.extra.end() ? nlohmann::json() : *saved,
                                              run_trajectory(), resumed_.step);
+    const auto stamps = state.extra.find("data_file_stamps");
+    if (stamps != state.extra.end())
+      for (auto& note : data_file_changes(*stamps, data_file_stamps(data_.files), resumed_.step))
+        plan_.resume_notes.push_back(std::move(note));
   });
   plan_.start_step = resumed_.step;
 }
@@ -128,8 +148,7 @@ void Trainer::build_model() {
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     plan_.memory = estimate_memory(o_, cfg_, model_options, world_, plan_.accumulation);
-    // An evaluation holds no optimizer state, which the estimate counts.
-    if (!o_.eval_only) require_memory(plan_.memory);
+    require_memory(plan_.memory);
     model_ = std::make_unique<bmt::models::CausalLM>(cfg_, model_options);
   });
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
@@ -185,6 +204,13 @@ void Trainer::resume() {
     BMT_REQUIRE(adamw_->step_count() <= resumed_.step,
                 "optimizer state '" << path << "': metadata 'step': expected at most the checkpoint's step "
                                     << resumed_.step << ", found " << adamw_->step_count());
+    // The training state says how many it applied (skipped steps apply none): another save's
+    // optimizer file, an earlier step's, does not pass for this one's.
+    if (resumed_.optimizer_steps)
+      BMT_REQUIRE(adamw_->step_count() == *resumed_.optimizer_steps,
+                  "optimizer state '" << path << "': metadata 'step': expected " << *resumed_.optimizer_steps
+                                      << ", the updates the training state says were applied ('extra.optimizer_steps'), "
+                                      << "found " << adamw_->step_count() << " (the optimizer file of another save?)");
     // The position must lie within this run's data.
     const std::string problem = bmt::error_of([&] { loader_->restore(resumed_.data); });
     BMT_REQUIRE(problem.empty(), "training state '" << plan_.resumed_from << "/training_state.json': 'data': " << problem);
@@ -344,8 +370,11 @@ void Trainer::save(std::int64_t step) {
   adamw_->flush();     // the model's values as of the last update (an offloaded one may be in flight)
   const std::string dir = checkpoints_->begin_save(step);
   fault_.at(FaultInjection::Point::save_begun, step);
-  const nlohmann::json model_json = checkpoint_model(o_, cfg_);
+  const nlohmann::json model_json = checkpoint_model(plan_.model_name, cfg_);
   bmt::save(*model_, dir + "/model.safetensors", {{"format", "bmtrain"}, {"model", model_json.dump()}});
+  // The Hugging Face config.json of the model (with the keys of the one it came from, which a
+  // resumed run's --export-hf writes back).
+  bmt::run_on_root(MPI_COMM_NULL, [&] { bmt::io::write_json_atomic(dir + "/config.json", bmt::models::hf_config_json(cfg_)); });
   fault_.at(FaultInjection::Point::save_model_written, step);
   bmt::io::save_optimizer(*adamw_, dir + "/optimizer.safetensors");
   bmt::io::TrainingState st;
@@ -354,11 +383,28 @@ void Trainer::save(std::int64_t step) {
   st.loss_scaler = {{"scale", manager_->loss_scale()}, {"clean_steps", manager_->clean_steps()}};
   st.rng = {{"seed", o_.seed}, {"key_counter", bmt::random::key_counter()}};
   st.data = loader_->state();
-  st.extra = {{"model", model_json}, {"world_size", world_}, {"trajectory", run_trajectory()}};
+  st.extra = {{"model", model_json},
+              {"world_size", world_},
+              {"trajectory", run_trajectory()},
+              {"optimizer_steps", adamw_->step_count()},
+              {"data_file_stamps", data_file_stamps(data_.files)}};
   bmt::io::save_training_state(dir + "/training_state.json", st);
   fault_.at(FaultInjection::Point::save_files_written, step);
   const std::string published = checkpoints_->commit_save(step);
   bmt::print_rank("saved checkpoint ", published);
+}
+
+int Trainer::stop(std::int64_t step, bool saved) {
+  manager_->settle();  // the last step's outcome (a skip is reported)
+  const std::string why = std::string("stopped after step ") + std::to_string(step) + " of " +
+                          std::to_string(o_.steps) + " on " + stop_signal_->name();
+  if (!checkpoints_) {
+    bmt::print_rank(why, ": nothing saved (no --save); exit status ", kStoppedUnsaved);
+    return kStoppedUnsaved;
+  }
+  if (!saved) save(step);
+  bmt::print_rank(why, ": continue with --resume ", o_.save, " (exit status ", kStoppedSaved, ")");
+  return kStoppedSaved;
 }
 
 int Trainer::run() {
@@ -390,9 +436,15 @@ int Trainer::run() {
     if (log_->prints(r)) bar.clear();
     log_->print(r);
     bar.show(s + 1, o_.steps, seconds_per_step);
-    if (checkpoints_ && o_.save_every > 0 && (s + 1) % o_.save_every == 0 && !last) {
+    const bool saved = checkpoints_ && o_.save_every > 0 && (s + 1) % o_.save_every == 0 && !last;
+    if (saved) {
       bar.clear();
       save(s + 1);
+    }
+    // The last step ends the run anyway, as a completed one.
+    if (!last && stop_signal_->agreed()) {
+      bar.clear();
+      return stop(s + 1, saved);
     }
   }
   bar.clear();
@@ -412,7 +464,7 @@ int Trainer::run() {
   if (o_.steps > start) {
     fault_.at(FaultInjection::Point::plot, o_.steps);
     bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-      log_->finish("bmt-train " + o_.model_name() + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
+      log_->finish("bmt-train " + plan_.model_name + " (" + bmt::dtype_name(cfg_.dtype) + ", " + std::to_string(world_) + " ranks)",
                    data_.entropy_rate);
     });
   }

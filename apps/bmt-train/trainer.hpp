@@ -19,6 +19,7 @@
 #include "options.hpp"
 #include "resume_state.hpp"
 #include "step_log.hpp"
+#include "stop_signal.hpp"
 #include "token_staging.hpp"
 #include "training_data.hpp"
 
@@ -33,7 +34,7 @@ class Trainer {
   ~Trainer();
 
   // Trains from the resumed (or first) step to --steps, or with --eval-only evaluates; returns the
-  // process exit code.
+  // process exit code: 0, or after SIGUSR1 or SIGTERM kStoppedSaved / kStoppedUnsaved (stop_signal.hpp).
   int run();
 
  private:
@@ -49,16 +50,21 @@ class Trainer {
   // --eval-only: the loss over every --val-data sequence once, printed (and in --metrics).
   int evaluate_only();
   void save(std::int64_t step);
+  // Ends a run stopped by a signal after `step`: its checkpoint (unless `saved` already), a line
+  // saying how to continue, and the exit status.
+  int stop(std::int64_t step, bool saved);
   // What this run's trajectory depends on, as its checkpoints record it.
   nlohmann::json run_trajectory() const;
   void export_hf();
 
   const TrainOptions& o_;
+  std::optional<StopSignal> stop_signal_;  // training only: an evaluation ends as signals say
   int world_ = 1;
   ModelConfig cfg_;
   TrainingData data_;
   RunPlan plan_;
   std::int64_t resumed_marked_step_ = 0;  // the step the resumed checkpoint's COMPLETE marker names
+  std::optional<bmt::io::TrainingState> resumed_state_;  // the --resume checkpoint's, as read
   ResumePoint resumed_;                    // where the resumed checkpoint stands (checked)
   FaultInjection fault_;
   std::unique_ptr<bmt::models::CausalLM> model_;

@@ -39,7 +39,11 @@ void check(const bmt::io::TrainingState& state, std::int64_t marked_step, std::i
     BMT_FUZZ_CHECK(point.clean_steps >= 0 && point.clean_steps <= point.step);
     BMT_FUZZ_CHECK(!point.loss_scale || *point.loss_scale > 0);
     bmt_train::TrainOptions options;
-    bmt_train::check_checkpoint_model(state, bmt_train::checkpoint_model(options, options.model_config()), context);
+    bmt_train::check_checkpoint_model(state, bmt_train::checkpoint_model(options.model_name(), options.model_config()),
+                                      context);
+    // The model a run resuming it without model flags trains: the record's, which agrees with itself.
+    const auto resumed = bmt_train::resumed_model(options, state, "/nonexistent-checkpoint");
+    bmt_train::check_checkpoint_model(state, bmt_train::checkpoint_model(resumed.name, resumed.config), context);
     // The trajectory it records against a run's: one line per difference, each naming a setting.
     const auto saved = state.extra.find("trajectory");
     const auto now = bmt_train::trajectory(options, 1e-2f, 2, {{"data/a.bin", 5000}});

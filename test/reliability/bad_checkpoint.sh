@@ -58,6 +58,31 @@ bad "training_state.json data.position beyond the data" \
   "training_state.json': 'data': loader state: expected a position within the epoch's [0-9]* sequences of 32 \+ 1 tokens, found 1000000000000000" \
   "$d" "${run[@]}"
 
+# Fields once accepted: an epoch no run of 8 steps reaches (it then claimed to continue exactly and
+# diverged), an unknown schedule, a negative seed, no RNG position, no ranks, a negative learning
+# rate or schedule length in the trajectory, and an earlier save's optimizer file.
+d=$(copy epoch); sed -i 's/"epoch": 0/"epoch": 1000000000000000000/' "$d/training_state.json"
+bad "training_state.json data.epoch 10^18" \
+  "'data.epoch': expected at most the step 8 \(a step starts at most one epoch\), found 1000000000000000000" "$d" "${run[@]}"
+d=$(copy schedname); sed -i 's/"name": "cosine"/"name": "bogus"/' "$d/training_state.json"
+bad "training_state.json lr_scheduler.name bogus" \
+  "'lr_scheduler.name': expected constant, linear, cosine, noam or exponential, found \"bogus\"" "$d" "${run[@]}"
+d=$(copy seed); sed -i 's/^    "seed": 1$/    "seed": -3/' "$d/training_state.json"
+bad "training_state.json rng.seed -3" "'rng.seed': expected an integer in \[0, 18446744073709551615\], found -3" "$d" "${run[@]}"
+d=$(copy norng); sed -i '/"rng": {/,/}/d' "$d/training_state.json"
+bad "training_state.json without its rng section" "'rng.key_counter': expected the dropout RNG's position, found none" "$d" "${run[@]}"
+d=$(copy world); sed -i 's/^    "world_size": 2$/    "world_size": 0/' "$d/training_state.json"
+bad "training_state.json extra.world_size 0" "'extra.world_size': expected a number of ranks >= 1, found 0" "$d" "${run[@]}"
+d=$(copy trajlr); sed -i 's/^      "lr": .*/      "lr": -1.0,/' "$d/training_state.json"
+bad "training_state.json extra.trajectory.lr -1" "'extra.trajectory.lr': expected a finite number >= 0, found -1.0" "$d" "${run[@]}"
+d=$(copy trajsteps); sed -i 's/"schedule_steps": 8/"schedule_steps": -5/' "$d/training_state.json"
+bad "training_state.json extra.trajectory.schedule_steps -5" \
+  "'extra.trajectory.schedule_steps': expected a finite number >= 1, found -5" "$d" "${run[@]}"
+d=$(copy oldoptim); cp "$work/good/step-4/optimizer.safetensors" "$d/optimizer.safetensors"
+bad "step-4's optimizer.safetensors in step-8" \
+  "optimizer.safetensors': metadata 'step': expected 8, the updates the training state says were applied \('extra.optimizer_steps'\), found 4 \(the optimizer file of another save\?\)" \
+  "$d" "${run[@]}"
+
 # COMPLETE: a step is loaded only with a marker that parses and names it.
 d=$(copy garbage); echo 'garbage' >"$d/COMPLETE"
 bad "COMPLETE holding garbage" "step-8/COMPLETE': expected a JSON object \{\"format\": 1, \"step\": N, ...\}, found text that is not JSON: 'garbage" \

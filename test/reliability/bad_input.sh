@@ -7,8 +7,6 @@
 # Usage: bad_input.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
-# little-endian int32s -> stdout
-int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
 # N little-endian uint16 tokens, all equal to V -> stdout
 tokens() {
   local n=$1 v=$2 i one

@@ -97,6 +97,12 @@ expect_no_processes() {
   [ -z "$left" ] || { fail "$1: processes still running: $(ps -o pid=,args= -p $(echo $left | tr ' ' ',') | head -3)"; return 1; }
 }
 
+# Token files. int32 V...: little-endian int32s -> stdout. counting_tokens N: N tokens counting 0, 1,
+# ..., 255, 0, ... (little-endian uint16) -> stdout. llmc_shard MAGIC N: an llm.c shard of them.
+int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
+counting_tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
+llmc_shard() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; counting_tokens "$n"; }
+
 # The newest step with a COMPLETE marker under a checkpoint root ("none" if there is none).
 latest_complete() {
   local best=none d s
@@ -124,4 +130,36 @@ same_losses() {
                    if ((tol == 0 && want[$1] != $2) || d > tol * m) { print "step " $1 ": " want[$1] " vs " $2; bad = 1 } }
     END { if (c != l - f + 1) { print "compared " c " steps, expected " l - f + 1; bad = 1 } exit bad }' \
     <(losses "$a") <(losses "$b")
+}
+
+# start_job NP ARGS...: job, in the background; its output goes to $work/bg.out. wait_job then sets
+# what job sets. job_pid is the time limit's process; mpirun_pid the launcher it started.
+start_job() {
+  local np=$1; shift
+  bg_start=$(date +%s%N)
+  env ${JOB_ENV:-} timeout -k 5 150 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" "$@" >"$work/bg.out" 2>&1 &
+  job_pid=$!
+  mpirun_pid=
+  for _ in $(seq 100); do
+    mpirun_pid=$(pgrep -P "$job_pid" | head -1)
+    [ -n "$mpirun_pid" ] && break
+    sleep 0.05
+  done
+}
+wait_job() {
+  wait "$job_pid"
+  rc=$?
+  out=$(cat "$work/bg.out")
+  secs=$(( ($(date +%s%N) - bg_start) / 100000000 )); secs="$((secs / 10)).$((secs % 10))"
+  error=$(grep -E "bmt-train: error" <<<"$out" | head -3 | tr '\n' ' ')
+  after=
+  sanitizer_reports
+}
+# wait_for_step FILE STEP: waits (up to 60 s) until the metrics file FILE records STEP.
+wait_for_step() {
+  for _ in $(seq 1200); do
+    grep -q "\"step\":$2[,}]" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
 }

@@ -8,17 +8,12 @@
 # Usage: data_files.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
-# little-endian int32s -> stdout
-int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
-# N tokens counting 0, 1, ..., 255, 0, ... (little-endian uint16) -> stdout
-tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
-llmc() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; tokens "$n"; }
 run=("${tiny[@]}" --steps 3 --metrics "$work/m.jsonl")
 bad() { expect_refused "$1" ".*$2" "${@:3}"; }  # bad NAME PATTERN ARGS...
 
-tokens 4000 >"$work/tokens.u16"
-llmc 20240521 4000 >"$work/wrong_magic.bin"
-llmc 20240520 4000 >"$work/shard_000.bin"
+counting_tokens 4000 >"$work/tokens.u16"
+llmc_shard 20240521 4000 >"$work/wrong_magic.bin"
+llmc_shard 20240520 4000 >"$work/shard_000.bin"
 mkdir -p "$work/nanogpt" && cp "$work/tokens.u16" "$work/nanogpt/train.bin"
 
 bad "llm.c shard with a wrong magic number (was read as raw tokens)" \
@@ -43,7 +38,7 @@ done
 # steps, CHANGE is run on the file, and the job must end with PATTERN within 60 s.
 changed_under_job() {
   local name=$1 pattern=$2 change=$3 start ok=1
-  llmc 20240520 4000 >"$work/shard_000.bin"
+  llmc_shard 20240520 4000 >"$work/shard_000.bin"
   rm -f "$work/long.jsonl"
   timeout -k 5 150 "$mpiexec" -np 2 "${preflags[@]}" "$exe" "${tiny[@]}" --steps 100000 --data "$work/shard_000.bin" \
     --metrics "$work/long.jsonl" >"$work/long.out" 2>&1 &

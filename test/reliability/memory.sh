@@ -24,6 +24,23 @@ bad "--dim 16777216 (grew until killed)" "$too_big" "${run[@]}" --dim 16777216
 # A model of the usual shape that no machine holds: 1024 Llama 3 8B blocks (2.2e11 parameters).
 bad "llama3-8b with 1024 blocks" "$too_big" --model llama3-8b --layers 1024 --batch 2 --seq 32 --steps 2 --no-progress
 
+# An evaluation is held to the same check (its estimate has no gradient or optimizer state): --dim
+# 65536 --eval-only once tried to allocate 103 GB, and a config.json of 100000 layers hung building
+# the model (its construction is quadratic in the layers) instead of being refused from its shape.
+llmc_shard 20240520 4000 >"$work/val.bin"
+ev=(--batch 2 --seq 32 --eval-only --val-data "$work/val.bin")
+bad "--dim 65536 --eval-only (tried to allocate 103 GB)" "$too_big" --model tiny --dim 65536 --heads 4 "${ev[@]}"
+mkdir -p "$work/deep"
+cat >"$work/deep/config.json" <<'CONFIG'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
+ "num_hidden_layers": 100000, "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000,
+ "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "torch_dtype": "bfloat16"}
+CONFIG
+bad "a config.json of 100000 layers, --eval-only (hung)" "$too_big" --init-from "$work/deep" "${ev[@]}"
+awk -v s="$secs" 'BEGIN { exit !(s <= 15) }' || fail "a config.json of 100000 layers: refused after $secs s, expected within 15 s"
+bad "a config.json of 100000 layers, training" "$too_big" --init-from "$work/deep" --batch 2 --seq 32 --steps 2 --no-progress
+
 # The deepest prefetch gathers every block ahead and no more: the same estimate as a prefetch of
 # one block ahead with two blocks, and it trains.
 job 2 "${run[@]}" --prefetch 16777216

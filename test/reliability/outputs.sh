@@ -80,6 +80,35 @@ expect_success "an evaluation's outputs"
 whole_lines "$work/e.jsonl" && [ "$(wc -l <"$work/e.jsonl")" -eq 1 ] || fail "an evaluation's outputs: expected one whole JSON line"
 [ "$(stat -c %s "$work/e.bin")" -eq $((32 * 256 * 4)) ] || fail "an evaluation's outputs: expected 32 x 256 f32 logits"
 
+# Devices as --metrics. The file is read only on a resume and only as far as the records kept, and
+# only a regular file: /dev/full once hung while rank 0's memory grew, /dev/zero ended in "out of
+# memory", /dev/null failed on the loss curve after training.
+bad "--metrics /dev/full (was a hang)"   "--metrics '/dev/full': expected a regular file, or a device that takes records without giving any back \(such as /dev/null\), found a device that reads back data"   "${run[@]}" --metrics /dev/full
+bad "--metrics /dev/zero (was out of memory)" "--metrics '/dev/zero': expected a regular file, or a device that takes records without giving any back"   "${run[@]}" --metrics /dev/zero
+job 2 "${tiny[@]}" --steps 5 --metrics /dev/null
+expect_success "--metrics /dev/null (once failed on the loss curve)"
+grep -q "^loss curve: none (--metrics '/dev/null' is not a regular file to draw it from)" <<<"$out" ||
+  fail "--metrics /dev/null: expected the loss curve skipped, found: $(grep 'loss curve' <<<"$out")"
+[ ! -e /dev/null.svg ] || fail "--metrics /dev/null: a picture was written to /dev/null.svg"
+bad "--metrics /dev/null --plot" "--plot '$work/n.svg': expected --metrics to be a regular file to draw the loss curve from, found '/dev/null', which is not one" \
+  "${run[@]}" --metrics /dev/null --plot "$work/n.svg"
+# A large file that is not a metrics file: a resume reads one buffer of it, not all of it.
+job 2 "${tiny[@]}" --steps 4 --save "$work/dev"
+expect_success "a checkpoint to resume with a large --metrics"
+truncate -s 4G "$work/big.jsonl"
+job 2 "${tiny[@]}" --steps 5 --resume "$work/dev" --metrics "$work/big.jsonl"
+report "resuming with 4 GB of zeros as --metrics"
+awk -v s="$secs" 'BEGIN { exit !(s <= 60) }' || fail "resuming with 4 GB of zeros as --metrics: took $secs s"
+grep -q "bmt-train: error: --metrics '$work/big.jsonl': expected the metrics of the run resumed" <<<"$out" ||
+  { fail "resuming with 4 GB of zeros as --metrics: expected a --metrics error"; show; }
+# An existing file that is not a metrics file is not overwritten by a resume (it once was, whole,
+# with a note that only the records after the checkpoint's step were replaced).
+printf 'notes of an experiment\nsecond line\n' >"$work/notes.txt"
+bad "resuming with --metrics naming a text file" \
+  "--metrics '$work/notes.txt': expected the metrics of the run resumed \(JSON lines with a \"step\"\), found a file of 35 bytes whose first line is not one: resuming would replace it; give another --metrics path, or remove the file" \
+  "${tiny[@]}" --steps 5 --resume "$work/dev" --metrics "$work/notes.txt"
+[ "$(cat "$work/notes.txt")" = "$(printf 'notes of an experiment\nsecond line')" ] || fail "the text file given as --metrics was changed"
+
 # The control: every output written.
 job 2 "${tiny[@]}" --steps 5 --metrics "$work/ok.jsonl" --plot "$work/ok.svg" --timeline "$work/trace/t.json"
 expect_success "every output"

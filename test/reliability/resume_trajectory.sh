@@ -63,4 +63,17 @@ job 2 "${run[@]}" --steps 20 --resume "$work/old-10" --metrics "$work/f.jsonl"
 expect_success "a checkpoint without a trajectory"
 grep -qF "| resume: the checkpoint does not record what its run's trajectory depends on" <<<"$out" \
   || fail "a checkpoint without a trajectory: expected it said, found: $(notes)"
+# A data file rewritten with the same token count (once resumed as "exactly"): its size and
+# modification time are recorded, and the change is named.
+llmc_shard 20240520 4000 >"$work/tokens.bin"
+job 2 "${run[@]}" --steps 20 --data "$work/tokens.bin" --save "$work/files"
+expect_success "20 steps on a token file"
+{ int32 20240520 1 4000; head -c $((253 * 4)) /dev/zero; counting_tokens 4001 | tail -c 8000; } >"$work/tokens.new"
+cmp -s "$work/tokens.bin" "$work/tokens.new" && fail "the rewritten token file is the same (the test proves nothing)"
+mv "$work/tokens.new" "$work/tokens.bin"
+job 2 "${run[@]}" --steps 20 --data "$work/tokens.bin" --resume "$work/files/step-10"
+expect_success "resumed after the token file was rewritten with the same token count"
+grep -q ": continues that run exactly" <<<"$out" && fail "the rewritten token file: claimed to continue exactly"
+grep -qE "^\| resume: --data file '$work/tokens.bin' was modified since the checkpoint \(at [0-9T:.-]+Z; the checkpoint's run read it as modified at [0-9T:.-]+Z\), its size the same: the sequences from step 11 on are those of its new content, not the checkpoint's run's$" <<<"$out" \
+  || fail "the rewritten token file: expected it named, found: $(notes)"
 finish
