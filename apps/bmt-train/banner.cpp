@@ -10,11 +10,11 @@ namespace bmt_train {
 namespace {
 
 // The banner's account of what backward recomputes.
-std::string recompute_description(const TrainOptions& o, std::int64_t layers) {
-  if (!o.checkpointing || o.keep_blocks >= layers) return "  recompute off";
+std::string recompute_description(const bmt::models::CausalLMOptions& o, std::int64_t layers) {
+  if (!o.checkpoint.use_checkpoint || o.keep_blocks >= layers) return "  recompute off";
   std::string text = "  recompute on";
-  if (o.keep_attention) text += ", attention kept";
-  if (o.keep_residual) text += ", residual sums kept";
+  if (o.checkpoint.keep_attention) text += ", attention kept";
+  if (o.checkpoint.keep_residual) text += ", residual sums kept";
   if (o.keep_blocks > 0)
     text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
   return text;
@@ -34,7 +34,7 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
   bmt::print_rank("| parameters ", count_text(static_cast<double>(cfg.parameter_count())), "  world size ", world, " (",
                   ctx.topology().node_count, " node", ctx.topology().node_count > 1 ? "s" : "", ", ",
                   ctx.world_comm().backend(), ")  dtype ", bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
-                  recompute_description(o, cfg.layers), "  prefetch ", o.prefetch,
+                  recompute_description(f.model_options, cfg.layers), "  prefetch ", o.prefetch,
                   o.offload ? (o.offload_delayed ? "  optimizer offloaded (delayed update)" : "  optimizer offloaded")
                             : "",
                   o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
@@ -53,6 +53,7 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
   bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state (",
                   bytes_text(f.memory.forward_sharded_state), " during forward) + ", bytes_text(f.memory.buffers),
                   " gather/gradient buffers + activations");
+  if (!f.recompute_plan.empty()) bmt::print_rank("| recompute auto: ", f.recompute_plan);
   if (o.offload)
     bmt::print_rank("| host memory per rank: ", bytes_text(f.memory.host_state), " optimizer state (",
                     f.memory.host_bytes_per_parameter, " bytes a parameter / ", world, "), updated by ",

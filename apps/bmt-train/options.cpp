@@ -191,6 +191,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   for (const auto& [flag, set] : {std::pair{"--keep-attention", o.keep_attention}, {"--keep-residual", o.keep_residual}})
     BMT_REQUIRE(!set || o.checkpointing,
                 flag << ": expected blocks that recompute, found --no-checkpointing (every activation kept)");
+  // --recompute auto chooses what the keep flags would say.
+  BMT_REQUIRE(o.recompute != "auto" || (o.checkpointing && !o.keep_attention && !o.keep_residual && o.keep_blocks == 0),
+              "--recompute auto: expected it to choose what blocks keep, found --no-checkpointing, --keep-attention, "
+              "--keep-residual or --keep-blocks beside it (give those with --recompute full)");
   // Validation comes with synthetic data; token files have none unless --val-data names some.
   BMT_REQUIRE(o.eval_every == 0 || o.data == "synthetic" || !o.val_data.empty(),
               "--eval-every " << o.eval_every << ": expected validation data (--val-data token files), found none "

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <bmtrain/models/causal_lm.hpp>
+
 #include "memory_estimate.hpp"
 
 namespace bmt_train {
@@ -17,6 +19,8 @@ struct RunPlan {
   std::int64_t accumulation = 1;  // micro-batches a step
   float peak_lr = 0;
   double entropy_rate = -1;       // the data's lowest achievable loss, when known
+  bmt::models::CausalLMOptions model_options;  // how the model runs: the flags', or --recompute auto's plan
+  std::string recompute_plan;     // --recompute auto: what it chose and its figures
   MemoryEstimate memory;
   int host_threads = 0;           // the offloaded optimizer's update threads
   std::string resumed_from;       // empty: a fresh run

@@ -18,6 +18,8 @@
 #include "output_files.hpp"
 #include "peak_flops.hpp"
 #include "progress_bar.hpp"
+#include "recompute_choice.hpp"
+#include "units.hpp"
 
 namespace bmt_train {
 
@@ -143,14 +145,25 @@ void Trainer::read_checkpoint() {
 
 // The model (initialized, or with the weights it resumes from), its data loaders and schedule.
 void Trainer::build_model() {
-  const bmt::models::CausalLMOptions model_options = o_.model_options();
+  plan_.model_options = o_.model_options();
   // What the model will take is known before any of it is allocated: a configuration that cannot
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    plan_.memory = estimate_memory(o_, cfg_, model_options, world_, plan_.accumulation);
+    plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, world_, plan_.accumulation);
     require_memory(plan_.memory);
-    model_ = std::make_unique<bmt::models::CausalLM>(cfg_, model_options);
   });
+  // --recompute auto keeps what fits of the activations beside that; every rank plans from the
+  // least free memory among them, so all choose alike.
+  if (o_.recompute == "auto" && !o_.eval_only)
+    bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
+      const auto choice = choose_recompute(cfg_, plan_.model_options, world_, plan_.micro_batch * o_.seq, plan_.memory);
+      plan_.model_options = choice.options;
+      plan_.recompute_plan = choice.summary + " (activations about " + bytes_text(choice.activation_bytes) + " of the " +
+                             bytes_text(choice.budget_bytes) + " left)";
+      plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, world_, plan_.accumulation);
+    });
+  bmt::run_on_every_rank(MPI_COMM_NULL,
+                         [&] { model_ = std::make_unique<bmt::models::CausalLM>(cfg_, plan_.model_options); });
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
     bmt::init_parameters(*model_);
     // A run resumes from its own checkpoint; --init-from's weights start a fresh one.
