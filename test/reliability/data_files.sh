@@ -10,8 +10,8 @@ source "$(dirname "$0")/common.sh"
 
 # little-endian int32s -> stdout
 int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
-# N tokens counting 0, 1, ..., 255, 0, ... (little-endian uint16) -> stdout
-tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
+# N tokens counting 0, 1, ..., 255, 0, ... (little-endian uint16) -> stdout (printf -v: no subshell per token)
+tokens() { local n=$1 i byte; for ((i = 0; i < n; i++)); do printf -v byte '\\%03o\\000' $((i % 256)); printf "$byte"; done; }
 llmc() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; tokens "$n"; }
 run=("${tiny[@]}" --steps 3 --metrics "$work/m.jsonl")
 bad() { expect_refused "$1" ".*$2" "${@:3}"; }  # bad NAME PATTERN ARGS...
