@@ -15,6 +15,8 @@ finish() {
 # Oversubscribed ranks must not spin while they wait (scripts/test.sh sets this too).
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 tiny=(--model tiny --batch 12 --seq 32 --lr 0.01 --log-every 100 --no-progress)
+# The uninterrupted run that the fault scripts compare with (reference_run below).
+reference=("${tiny[@]}" --steps 12 --save-every 4)
 
 # job NP ARGS...: runs bmt-train on NP ranks under a hard limit (150 s) and sets rc, secs (wall time of
 # the whole job, to 0.1 s), out (stdout and stderr), and error (the "bmt-train: error" lines).
@@ -89,18 +91,37 @@ expect_success() {
   report "$name"
   [ $rc -eq 0 ] || { fail "$name: expected exit code 0, found $rc"; show; }
 }
-# No process of the job (every job names a path under $work) is still running.
+# reference_run: the reference run's checkpoints and metrics as $work/ref and $work/ref.jsonl. Under
+# ctest it is trained once for every script that needs it (the test reliability_reference_run,
+# which leaves it where BMT_RELIABILITY_REFERENCE names); a script run on its own trains it here.
+reference_run() {
+  if [ -n "${BMT_RELIABILITY_REFERENCE:-}" ]; then
+    cp -r "$BMT_RELIABILITY_REFERENCE/ref" "$BMT_RELIABILITY_REFERENCE/ref.jsonl" "$work/" ||
+      fail "expected the reference run in '$BMT_RELIABILITY_REFERENCE' (the test reliability_reference_run), found none"
+  else
+    job 2 "${reference[@]}" --save "$work/ref" --metrics "$work/ref.jsonl"
+    expect_success "uninterrupted reference run, 2 ranks"
+  fi
+}
+# No process of the job (every job names a path under $work) is still running a second after it
+# ended. A process gone never comes back, so the check passes as soon as none is left.
 expect_no_processes() {
-  local left
-  sleep 1
-  left=$(pgrep -f -- "$work" | grep -v "^$$\$" || true)
-  [ -z "$left" ] || { fail "$1: processes still running: $(ps -o pid=,args= -p $(echo $left | tr ' ' ',') | head -3)"; return 1; }
+  local left i
+  for ((i = 0; ; i++)); do
+    left=$(pgrep -f -- "$work" | grep -v "^$$\$" || true)
+    [ -z "$left" ] && return 0
+    [ $i -lt 10 ] || break
+    sleep 0.1
+  done
+  fail "$1: processes still running: $(ps -o pid=,args= -p $(echo $left | tr ' ' ',') | head -3)"
+  return 1
 }
 
 # Token files. int32 V...: little-endian int32s -> stdout. counting_tokens N: N tokens counting 0, 1,
-# ..., 255, 0, ... (little-endian uint16) -> stdout. llmc_shard MAGIC N: an llm.c shard of them.
+# ..., 255, 0, ... (little-endian uint16) -> stdout (printf -v: no subshell a token). llmc_shard
+# MAGIC N: an llm.c shard of them.
 int32() { local v; for v in "$@"; do printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done; }
-counting_tokens() { local n=$1 i; for ((i = 0; i < n; i++)); do printf "$(printf '\\%03o\\000' $((i % 256)))"; done; }
+counting_tokens() { local n=$1 i byte; for ((i = 0; i < n; i++)); do printf -v byte '\\%03o\\000' $((i % 256)); printf "$byte"; done; }
 llmc_shard() { local magic=$1 n=$2; int32 "$magic" 1 "$n"; head -c $((253 * 4)) /dev/zero; counting_tokens "$n"; }
 
 # The newest step with a COMPLETE marker under a checkpoint root ("none" if there is none).

@@ -9,9 +9,8 @@
 # Usage: kill_in_save.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
-run=("${tiny[@]}" --steps 12 --save-every 4 --keep-last 0)
-job 2 "${run[@]}" --save "$work/ref" --metrics "$work/ref.jsonl"
-expect_success "uninterrupted reference run"
+run=("${reference[@]}" --keep-last 0)
+reference_run
 
 case_number=0
 for fault in kill-save-begun:8:1 kill-save-model:8:1 kill-save-files:8:0; do

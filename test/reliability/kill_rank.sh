@@ -7,9 +7,8 @@
 # Usage: kill_rank.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
-run=("${tiny[@]}" --steps 12 --save-every 4)
-job 2 "${run[@]}" --save "$work/ref" --metrics "$work/ref.jsonl"
-expect_success "uninterrupted reference run, 2 ranks"
+run=("${reference[@]}")
+reference_run
 
 # Rank 1 of 2 dies during step 7 (checkpoint 4 is complete, checkpoint 8 not yet written).
 JOB_ENV="BMT_TRAIN_FAULT=kill-step:7:1" job 2 "${run[@]}" --save "$work/a" --metrics "$work/a.jsonl"

@@ -59,7 +59,7 @@ expect_failure "a Hugging Face export on a full disk" 2 \
 [ "$(grep -c "bmt-train: error" <<<"$out")" -eq 1 ] || fail "an export on a full disk: expected exactly one error line"
 
 # An evaluation's outputs: 600 tokens of validation data, named as nanoGPT names them.
-for ((i = 0; i < 600; i++)); do printf "$(printf '\\%03o\\000' $((i * 7 % 256)))"; done >"$work/val.bin"
+for ((i = 0; i < 600; i++)); do printf -v byte '\\%03o\\000' $((i * 7 % 256)); printf "$byte"; done >"$work/val.bin"
 eval=("${tiny[@]}" --eval-only --val-data "$work/val.bin")
 bad "--eval-only --metrics in a missing directory (was refused after evaluating)" \
   "--metrics: cannot write '$work/missing/e.jsonl': No such file or directory" "${eval[@]}" --metrics "$work/missing/e.jsonl"

@@ -10,9 +10,8 @@
 # Usage: save_errors.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 source "$(dirname "$0")/common.sh"
 
-run=("${tiny[@]}" --steps 12 --save-every 4)
-job 2 "${run[@]}" --save "$work/ref" --metrics "$work/ref.jsonl"
-expect_success "uninterrupted reference run"
+run=("${reference[@]}")
+reference_run
 
 for r in 1 0; do
   dir="$work/full$r"
