@@ -120,6 +120,17 @@ for keep in --keep-attention --keep-residual "--keep-attention --keep-residual";
       || fail "$keep: the run's header does not say $kept outputs are kept" ;; esac
   done
 done
+# --recompute auto: the planner keeps what fits (here every block: the model is tiny), says so in
+# the header, and the losses are the recomputing run's; beside a keep flag it is refused.
+run 2 "${tiny[@]}" --steps 8 --recompute auto --metrics "$work/auto.jsonl" >"$work/auto.out" \
+  || fail "--recompute auto run failed"
+[ "$(losses "$work/auto.jsonl")" = "$(losses "$work/full.jsonl")" ] \
+  || fail "--recompute auto: losses $(losses "$work/auto.jsonl" | tr '\n' ' ') differ from recomputing every block"
+grep -q "recompute auto: every block keeps its activations (activations about .* of the .* left)" "$work/auto.out" \
+  || fail "--recompute auto: the header does not state the plan: $(cat "$work/auto.out")"
+expect_usage_error "--recompute auto beside --keep-blocks" \
+  "--recompute auto: expected it to choose what blocks keep, found --no-checkpointing, --keep-attention" 2 \
+  "${tiny[@]}" --steps 1 --recompute auto --keep-blocks 1
 # --dropout: a recompute replays the forward's dropout masks, so recomputing every block, keeping
 # every activation, and keeping attention outputs and residual sums give the same losses.
 run 2 "${tiny[@]}" --steps 4 --dropout 0.1 --metrics "$work/drop.jsonl" >/dev/null || fail "--dropout run failed"
