@@ -28,7 +28,9 @@ RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::C
   const double taken = state.forward_sharded_state + state.buffers;
   RecomputeChoice c;
   c.budget_bytes = std::max(0.0, usable - taken);
-  const auto plan = bmt::models::plan_recompute(config, options, world, tokens, c.budget_bytes);
+  // The gradient shards the backward makes beside the activations it has not yet freed.
+  const double gradients = state.sharded_state - state.forward_sharded_state;
+  const auto plan = bmt::models::plan_recompute(config, options, world, tokens, c.budget_bytes, gradients);
   BMT_REQUIRE(plan.fits, "--recompute auto: expected the activations of even a model that recomputes every block to "
                          "fit in the "
                              << bytes_text(c.budget_bytes) << " left of this rank's " << bytes_text(free)

@@ -31,18 +31,33 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
 
 namespace {
 
-// The activations, and the gathered parameters kept with them.
-double activations(const ActivationSizes& s, double kept_parameters, const CausalLMOptions& o, std::int64_t layers) {
-  double total = s.fixed;
+// The step's peak: the forward leaves every block's activations (and a kept block's gathered
+// parameters); the backward then walks the blocks from the last, freeing each one's and making its
+// gradient shard (`gradients` bytes over the model, the blocks' share by their parameters), so the
+// peak is the largest of those sums along the walk, plus what is always there (`fixed`).
+double activations(const ActivationSizes& s, double kept_parameters, const CausalLMOptions& o, const ModelConfig& c,
+                   double gradients) {
+  const std::int64_t layers = c.layers;
+  const double block_gradient =
+      gradients * static_cast<double>(c.block_parameter_count()) / static_cast<double>(c.parameter_count());
+  std::vector<double> held(static_cast<std::size_t>(layers));
+  double all = 0;
   for (std::int64_t i = 0; i < layers; ++i) {
     const CheckpointOptions b = block_options(o, layers, i);
-    if (!b.use_checkpoint) {
-      total += s.kept_block + kept_parameters;
-      continue;
-    }
-    total += s.recomputed_block + (b.keep_attention ? s.kept_attention : 0) + (b.keep_residual ? s.kept_residual : 0);
+    held[static_cast<std::size_t>(i)] =
+        !b.use_checkpoint ? s.kept_block + kept_parameters
+                          : s.recomputed_block + (b.keep_attention ? s.kept_attention : 0) +
+                                (b.keep_residual ? s.kept_residual : 0);
+    all += held[static_cast<std::size_t>(i)];
   }
-  return total;
+  double peak = all, now = all;
+  for (std::int64_t i = layers - 1; i >= 0; --i) {
+    now += block_gradient - held[static_cast<std::size_t>(i)];
+    peak = std::max(peak, now);
+  }
+  // The embedding's and the head's gradients come last, beside what the walk left.
+  peak = std::max(peak, now + gradients - block_gradient * static_cast<double>(layers));
+  return s.fixed + peak;
 }
 
 double kept_parameters(const ModelConfig& c, int world_size) {
@@ -52,12 +67,13 @@ double kept_parameters(const ModelConfig& c, int world_size) {
 
 }  // namespace
 
-double activation_peak(const ModelConfig& c, const CausalLMOptions& options, int world_size, std::int64_t tokens) {
-  return activations(activation_sizes(c, options, tokens), kept_parameters(c, world_size), options, c.layers);
+double activation_peak(const ModelConfig& c, const CausalLMOptions& options, int world_size, std::int64_t tokens,
+                       double gradient_bytes) {
+  return activations(activation_sizes(c, options, tokens), kept_parameters(c, world_size), options, c, gradient_bytes);
 }
 
 RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& options, int world_size,
-                             std::int64_t tokens, double budget_bytes) {
+                             std::int64_t tokens, double budget_bytes, double gradient_bytes) {
   const ActivationSizes s = activation_sizes(c, options, tokens);
   const double gathered = kept_parameters(c, world_size);
   RecomputePlan plan;
@@ -82,11 +98,11 @@ RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& option
     std::size_t lo = 0, hi = steps.size();
     while (hi - lo > 1) {
       const std::size_t mid = (lo + hi) / 2;
-      (activations(s, gathered, steps[mid], c.layers) <= budget_bytes ? lo : hi) = mid;
+      (activations(s, gathered, steps[mid], c, gradient_bytes) <= budget_bytes ? lo : hi) = mid;
     }
     plan.options = steps[lo];
   }
-  plan.activation_bytes = activations(s, gathered, plan.options, c.layers);
+  plan.activation_bytes = activations(s, gathered, plan.options, c, gradient_bytes);
   plan.fits = plan.activation_bytes <= budget_bytes;
   plan.layers = c.layers;
   return plan;

@@ -103,7 +103,7 @@ TEST(ActivationSizes, AreWhatAForwardKeeps) {
       // Everything but the backward's transient: the logits, the embedding's and final norm's
       // outputs and each recomputed block's input.
       const double forward = s.fixed - 2 * s.kept_block + kLayers * s.recomputed_block;
-      EXPECT_NEAR(none, forward, 0.1 * forward) << what;
+      EXPECT_NEAR(none, forward, 0.15 * forward) << what;
     }
 }
 
@@ -121,8 +121,8 @@ TEST(ActivationSizes, BoundAStepsPeak) {
       // The step makes the gradient shards as well (4 bytes a parameter at one rank).
       const double peak = static_cast<double>(bmt::memory_stats().peak_allocated_bytes - before);
       const double gradients = 4.0 * static_cast<double>(c.parameter_count());
-      const double planned = bmt::models::activation_peak(c, o, 1, kTokens);
-      EXPECT_LE(peak, planned + gradients) << arch << " keeping " << keep;
+      const double planned = bmt::models::activation_peak(c, o, 1, kTokens, gradients);
+      EXPECT_LE(peak, 1.02 * planned) << arch << " keeping " << keep;
       EXPECT_GE(peak, 0.75 * planned) << arch << " keeping " << keep;
     }
   }
@@ -161,6 +161,10 @@ TEST(RecomputePlan, KeepsWhatFits) {
   p = plan(1e30);
   EXPECT_EQ(p.options.keep_blocks, kLayers);
   EXPECT_EQ(p.summary(), "every block keeps its activations");
+  // Gradient shards made beside the activations not yet freed take from the same budget.
+  EXPECT_LT(bmt::models::plan_recompute(c, {}, 1, kTokens, with_both + 2 * per_block + 1, 4.0 * c.parameter_count())
+                .options.keep_blocks,
+            2);
   // ZeRO level 2 has nothing to choose.
   CausalLMOptions level2;
   level2.checkpoint.zero_level = 2;

@@ -29,25 +29,29 @@ struct ActivationSizes {
 };
 ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
 
-// A step's activations at their peak for a model run as `options` on `world_size` ranks, with the
-// gathered parameters of the blocks that keep their activations.
-double activation_peak(const ModelConfig& config, const CausalLMOptions& options, int world_size, std::int64_t tokens);
+// What a step holds beyond its forward state at its peak, for a model run as `options` on
+// `world_size` ranks: the activations, the gathered parameters of the blocks that keep theirs, and
+// the gradient shards (`gradient_bytes` for the whole model on this rank: 0 when they outlive the
+// step, as with accumulated micro-batches) that the backward makes as it frees activations block
+// by block from the last.
+double activation_peak(const ModelConfig& config, const CausalLMOptions& options, int world_size, std::int64_t tokens,
+                       double gradient_bytes = 0);
 
 struct RecomputePlan {
   CausalLMOptions options;  // the input's, with keep_blocks, keep_attention and keep_residual chosen
-  double activation_bytes = 0;  // the plan's activations at the step's peak, with kept gathered blocks
+  double activation_bytes = 0;  // activation_peak of the plan
   bool fits = false;            // activation_bytes <= the budget
   std::int64_t layers = 0;
   std::string summary() const;  // "12 of 32 blocks kept, the others keep attention and residual sums"
 };
 
-// The plan that keeps the most within `budget_bytes` of activations for micro-batches of `tokens`
+// The plan that keeps the most within `budget_bytes` (of activation_peak) for micro-batches of `tokens`
 // tokens on `world_size` ranks (a block that keeps its activations also keeps its gathered
 // parameters, which the budget pays for too, at one rank only where f32 values are rounded): first each recomputed block's attention outputs, then its residual sums (per byte they
 // save the recompute the most), then whole blocks from the last (whose activations backward frees
 // first). With nothing kept it may still not fit: fits is false, and activation_bytes says by how
 // much. zero_level 2 or no checkpointing in `options` are kept as they are (nothing to choose).
 RecomputePlan plan_recompute(const ModelConfig& config, const CausalLMOptions& options, int world_size,
-                             std::int64_t tokens, double budget_bytes);
+                             std::int64_t tokens, double budget_bytes, double gradient_bytes = 0);
 
 }  // namespace bmt::models
