@@ -23,7 +23,7 @@ RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::C
   auto& ctx = bmt::context();
   ctx.host_comm().all_reduce(&least, &least, 1, bmt::DType::i64, bmt::ReduceOp::max, ctx.compute_stream());
   free = -static_cast<double>(least);
-  const double usable = free * 15.0 / 16.0;
+  const double usable = free * 7.0 / 8.0;
   // The activations live beside the forward's state; the backward's gradient shards come as they go.
   const double taken = state.forward_sharded_state + state.buffers;
   RecomputeChoice c;

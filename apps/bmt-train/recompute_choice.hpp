@@ -20,8 +20,8 @@ struct RecomputeChoice {
 
 // The plan for micro-batches of `tokens` tokens, given the memory `state` (this configuration's
 // estimate with nothing kept) leaves of the rank's free memory (the least of every rank's, so that
-// all choose alike), less a margin for the allocator's
-// rounding and the kernels' workspaces (1/16 of it). A plan that does not fit even recomputing every
+// all choose alike), less a margin for the estimate's error, the allocator's
+// fragmentation and the kernels' workspaces (1/8 of it). A plan that does not fit even recomputing every
 // block is a bmt::Error naming the figures.
 RecomputeChoice choose_recompute(const ModelConfig& config, const bmt::models::CausalLMOptions& options, int world,
                                  std::int64_t tokens, const MemoryEstimate& state);
