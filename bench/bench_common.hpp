@@ -1,6 +1,8 @@
 #pragma once
 // What the single-process benchmarks share: a dtype from a benchmark argument, deterministic
 // inputs, and a wait for the compute stream (every timed iteration ends with one).
+#include <benchmark/benchmark.h>
+
 #include <cstdint>
 
 #include "bmtrain/kernels/random.hpp"
@@ -22,6 +24,17 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed)
   Tensor t = Tensor::empty(shape, dtype);
   init::uniform(-1.0f, 1.0f)(t, 0, random::key(seed, "bench"));
   return t;
+}
+
+// The body of a benchmark program's main: Google Benchmark's flags, the runtime (MPI, Kokkos,
+// streams) around the run.
+inline int run_benchmarks(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  DistributedGuard runtime(&argc, &argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace bmt::bench

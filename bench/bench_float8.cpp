@@ -136,11 +136,4 @@ BENCHMARK(BM_Quantize)->Apply(quantize_shapes);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  bmt::DistributedGuard runtime(&argc, &argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return bmt::bench::run_benchmarks(argc, argv); }
