@@ -33,15 +33,26 @@ StopSignal::StopSignal() {
 StopSignal::~StopSignal() {
   ::sigaction(SIGUSR1, &previous_usr1, nullptr);
   ::sigaction(SIGTERM, &previous_term, nullptr);
+  // Every rank started the last question, so it completes.
+  if (asked_ != MPI_REQUEST_NULL) MPI_Wait(&asked_, MPI_STATUS_IGNORE);
   MPI_Comm_free(&comm_);
 }
 
 bool StopSignal::agreed() {
   if (signal_ != 0) return true;
+  // The answer to the question asked at the last boundary: a step long since done everywhere, so
+  // the wait is not a rendezvous of the ranks' hosts in the middle of the training loop.
+  if (asked_ != MPI_REQUEST_NULL) {
+    BMT_MPI_CHECK(MPI_Wait(&asked_, MPI_STATUS_IGNORE));
+    if (answer_ != 0) {
+      signal_ = answer_;
+      return true;
+    }
+  }
   // The signal's number, so that every rank can name it (the larger, if ranks got different ones).
-  const int mine = received;
-  BMT_MPI_CHECK(MPI_Allreduce(&mine, &signal_, 1, MPI_INT, MPI_MAX, comm_));
-  return signal_ != 0;
+  mine_ = received;
+  BMT_MPI_CHECK(MPI_Iallreduce(&mine_, &answer_, 1, MPI_INT, MPI_MAX, comm_, &asked_));
+  return false;
 }
 
 const char* StopSignal::name() const { return signal_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM"; }
