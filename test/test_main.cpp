@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "bmtrain/runtime/context.hpp"
 
@@ -23,6 +24,10 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   bmt::InitOptions options;
   options.seed = 1234;
+  // The mesh a test program runs under, set by its registration (the harness's own variables).
+  if (const char* tp = std::getenv("BMT_TEST_TP_SIZE")) options.tp_size = std::atoi(tp);
+  if (const char* group = std::getenv("BMT_TEST_SHARD_GROUP"))
+    options.shard_group = bmt::parse_shard_group(group, "BMT_TEST_SHARD_GROUP");
   bmt::init_distributed(&argc, &argv, options);
   if (bmt::rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

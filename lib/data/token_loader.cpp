@@ -38,8 +38,8 @@ std::vector<TokenBatch> TokenBatch::split(std::size_t count) const {
 TokenLoader::TokenLoader(std::shared_ptr<const SequenceSource> source, const LoaderOptions& options)
     : source_(std::move(source)), options_(options) {
   BMT_REQUIRE(source_ != nullptr, "TokenLoader: expected a sequence source, found none");
-  if (options_.rank < 0) options_.rank = bmt::rank();
-  if (options_.world_size < 0) options_.world_size = bmt::world_size();
+  if (options_.rank < 0) options_.rank = bmt::dp_rank();
+  if (options_.world_size < 0) options_.world_size = bmt::dp_size();
   const auto& o = options_;
   BMT_REQUIRE(o.world_size > 0 && o.rank < o.world_size,
               "TokenLoader: expected 0 <= rank < world_size, found rank " << o.rank << " of " << o.world_size);

@@ -54,11 +54,15 @@ std::string host_name() {
   return host;
 }
 
-void read_topology(MPI_Comm world, Topology& t) {
+// `test_node_size` > 0 (BMT_TEST_NODE_SIZE) makes consecutive groups of that many ranks the nodes.
+void read_topology(MPI_Comm world, int test_node_size, Topology& t) {
   BMT_MPI_CHECK(MPI_Comm_rank(world, &t.rank));
   BMT_MPI_CHECK(MPI_Comm_size(world, &t.world_size));
   MPI_Comm local;
-  BMT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
+  if (test_node_size > 0)
+    BMT_MPI_CHECK(MPI_Comm_split(world, t.rank / test_node_size, t.rank, &local));
+  else
+    BMT_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local));
   BMT_MPI_CHECK(MPI_Comm_rank(local, &t.local_rank));
   BMT_MPI_CHECK(MPI_Comm_size(local, &t.local_size));
   // Node index: the rank of this node's leader among all leaders, shared with the node.
@@ -166,15 +170,30 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   BMT_MPI_CHECK(MPI_Query_thread(&provided));
   BMT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx->mpi_world_));
   BMT_MPI_CHECK(MPI_Comm_set_errhandler(ctx->mpi_world_, MPI_ERRORS_RETURN));
-  read_topology(ctx->mpi_world_, ctx->topology_);
-  // The environment's options, read once here. A bad value on any rank stops every rank, which
-  // leave MPI as they found it, so that a program can report the error and return.
+  // The environment's options, read once here, and the mesh. A bad value or mesh size on any rank
+  // stops every rank, which leave MPI as they found it, so that a program can report the error.
   const std::string environment_error = agreed_error(ctx->mpi_world_, error_of([] { environment(); }));
-  if (!environment_error.empty()) {
+  std::string mesh_error = environment_error;
+  if (environment_error.empty()) {
+    read_topology(ctx->mpi_world_, environment().test_node_size, ctx->topology_);
+    std::vector<int> node_of_rank(static_cast<std::size_t>(ctx->topology_.world_size));
+    BMT_MPI_CHECK(MPI_Allgather(&ctx->topology_.node, 1, MPI_INT, node_of_rank.data(), 1, MPI_INT, ctx->mpi_world_));
+    // Every rank plans the same mesh from the same facts, so every rank reaches the same verdict.
+    mesh_error = error_of([&] {
+      ctx->mesh_ = plan_mesh(ctx->topology_.rank, node_of_rank, options.tp_size, options.shard_group);
+    });
+  }
+  if (!mesh_error.empty()) {
     MPI_Comm_free(&ctx->mpi_world_);
     if (ctx->owns_mpi_) MPI_Finalize();
-    throw Error(environment_error);
+    throw Error(mesh_error);
   }
+  const Mesh& mesh = ctx->mesh_;
+  const int rank = ctx->topology_.rank;
+  BMT_MPI_CHECK(MPI_Comm_split(ctx->mpi_world_, mesh.tp_color, rank, &ctx->mpi_tp_));
+  BMT_MPI_CHECK(MPI_Comm_split(ctx->mpi_world_, mesh.dp_color, rank, &ctx->mpi_dp_));
+  BMT_MPI_CHECK(MPI_Comm_split(ctx->mpi_world_, mesh.shard_color, rank, &ctx->mpi_shard_));
+  BMT_MPI_CHECK(MPI_Comm_split(ctx->mpi_world_, mesh.replica_color, rank, &ctx->mpi_replica_));
   if (provided < MPI_THREAD_MULTIPLE && ctx->topology_.rank == 0)
     warn("MPI provides thread level ", provided, " below MPI_THREAD_MULTIPLE; "
          "communication streams will take turns calling MPI (non-blocking calls, polled); "
@@ -193,16 +212,24 @@ const Context& init_distributed(int* argc, char*** argv, const InitOptions& opti
   ctx->compute_ = std::make_unique<Stream>(Stream::Kind::compute, "compute");
   ctx->gather_ = std::make_unique<Stream>(Stream::Kind::communication, "gather");
   ctx->scatter_ = std::make_unique<Stream>(Stream::Kind::communication, "scatter");
+  const auto device_comm = [&](MPI_Comm group) {
 #ifdef BMT_ENABLE_CUDA
-  ctx->world_comm_ = make_nccl_communicator(ctx->mpi_world_);
-  ctx->gather_comm_ = make_nccl_communicator(ctx->mpi_world_);
-  ctx->scatter_comm_ = make_nccl_communicator(ctx->mpi_world_);
+    ctx->owned_comms_.push_back(make_nccl_communicator(group));
 #else
-  ctx->world_comm_ = make_mpi_communicator(ctx->mpi_world_);
-  ctx->gather_comm_ = make_mpi_communicator(ctx->mpi_world_);
-  ctx->scatter_comm_ = make_mpi_communicator(ctx->mpi_world_);
+    ctx->owned_comms_.push_back(make_mpi_communicator(group));
 #endif
-  ctx->host_comm_ = make_mpi_communicator(ctx->mpi_world_);
+    return ctx->owned_comms_.back().get();
+  };
+  const int world = ctx->topology_.world_size;
+  ctx->world_comm_ = device_comm(ctx->mpi_world_);
+  // Groups the size of the world are the world: on the compute stream they share its communicator.
+  ctx->tp_comm_ = mesh.tp_size == world ? ctx->world_comm_ : device_comm(ctx->mpi_tp_);
+  ctx->shard_comm_ = mesh.shard_size == world ? ctx->world_comm_ : device_comm(ctx->mpi_shard_);
+  ctx->gather_comm_ = device_comm(ctx->mpi_shard_);
+  ctx->scatter_comm_ = device_comm(ctx->mpi_shard_);
+  if (mesh.shard_group == ShardGroup::node) ctx->replica_comm_ = device_comm(ctx->mpi_replica_);
+  ctx->owned_comms_.push_back(make_mpi_communicator(ctx->mpi_world_));
+  ctx->host_comm_ = ctx->owned_comms_.back().get();
   g_context = std::move(ctx);
   return *g_context;
 }
@@ -223,16 +250,14 @@ void finalize() {
     teardown();
   }
   auto ctx = std::move(g_context);
-  ctx->host_comm_.reset();
-  ctx->scatter_comm_.reset();
-  ctx->gather_comm_.reset();
-  ctx->world_comm_.reset();
+  while (!ctx->owned_comms_.empty()) ctx->owned_comms_.pop_back();
   ctx->scatter_.reset();
   ctx->gather_.reset();
   ctx->compute_.reset();
   detail::free_mpi_ops();
   std::set_terminate(g_previous_terminate);
   if (ctx->owns_kokkos_) Kokkos::finalize();
+  for (MPI_Comm* group : {&ctx->mpi_tp_, &ctx->mpi_dp_, &ctx->mpi_shard_, &ctx->mpi_replica_}) MPI_Comm_free(group);
   MPI_Comm_free(&ctx->mpi_world_);
   if (ctx->owns_mpi_) MPI_Finalize();
 }
@@ -248,7 +273,17 @@ Context& context() {
 
 MPI_Comm comm_or_world(MPI_Comm comm) { return comm == MPI_COMM_NULL ? context().mpi_comm() : comm; }
 
+Communicator& Context::replica_comm() {
+  BMT_REQUIRE(replica_comm_, "replica_comm: expected a runtime started with shard_group node, found shard_group "
+                                 << shard_group_name(mesh_.shard_group));
+  return *replica_comm_;
+}
+
 int rank() { return context().topology().rank; }
+int tp_rank() { return context().mesh().tp_rank; }
+int tp_size() { return context().mesh().tp_size; }
+int dp_rank() { return context().mesh().dp_rank; }
+int dp_size() { return context().mesh().dp_size; }
 int world_size() { return context().topology().world_size; }
 int local_rank() { return context().topology().local_rank; }
 int node_count() { return context().topology().node_count; }

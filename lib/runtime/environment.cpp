@@ -1,6 +1,8 @@
 #include "bmtrain/runtime/environment.hpp"
 
 #include <cstdlib>
+#include <exception>
+#include <string>
 
 #include "bmtrain/runtime/error.hpp"
 
@@ -24,6 +26,19 @@ EnvironmentOptions read_environment() {
   o.validate_indices = environment_switch("BMT_VALIDATE_INDICES");
   o.gemm_autotune = environment_switch("BMT_GEMM_AUTOTUNE").value_or(false);
   o.attention_no_wgmma = environment_switch("BMT_ATTENTION_NO_WGMMA").value_or(false);
+  if (const char* size = std::getenv("BMT_TEST_NODE_SIZE")) {
+    const std::string v = size;
+    std::size_t used = 0;
+    long n = 0;
+    try {
+      n = std::stol(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    BMT_REQUIRE(used == v.size() && n >= 1 && n <= 1 << 20,
+                "BMT_TEST_NODE_SIZE: expected a number of ranks per node >= 1 (or unset), found '" << v << "'");
+    o.test_node_size = static_cast<int>(n);
+  }
   return o;
 }
 

@@ -66,9 +66,11 @@ std::vector<std::int64_t> planned_storage_sizes(Module& model, int world_size) {
 
 void init_parameters(Module& model) {
   Context& ctx = context();
-  const auto& t = ctx.topology();
+  // Each storage is sharded over the mesh's shard group (the world, without tensor parallelism or
+  // node sharding).
+  const Mesh& mesh = ctx.mesh();
   std::vector<std::unique_ptr<ShardedStorage>> loose;
-  place(model, "", loose, t.rank, t.world_size, ctx.seed());
+  place(model, "", loose, mesh.shard_rank, mesh.shard_size, ctx.seed());
   if (loose.empty()) return;
   BMT_REQUIRE(model.sharding() == Module::Sharding::module_parameters,
               "init_parameters: parameters outside CheckpointBlocks (first: '" << loose.front()->name()

@@ -26,7 +26,7 @@ class GatherParameter final : public autograd::Function {
       return {storage_.shard().slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
     Context& ctx = context();
     Tensor full = Tensor::empty({storage_.total()}, storage_.dtype());
-    storage_.all_gather_into(full, ctx.world_comm(), ctx.compute_stream());
+    storage_.all_gather_into(full, ctx.shard_comm(), ctx.compute_stream());
     return {full.slice(0, e.offset, e.offset + e.numel).view(param_.shape())};
   }
 
@@ -40,7 +40,7 @@ class GatherParameter final : public autograd::Function {
     Context& ctx = context();
     Tensor full = Tensor::zeros({storage_.total()}, DType::f32);
     copy_into(full.slice(0, e.offset, e.offset + e.numel).view(param_.shape()), grads[0]);
-    storage_.reduce_gradient(full, ctx.world_comm(), ctx.compute_stream(), Event());
+    storage_.reduce_gradient(full, ctx.shard_comm(), ctx.compute_stream(), Event());
     // The host build reduces inline; on the device the compute stream orders the buffer's reuse.
     return {};
   }

@@ -16,7 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 
 const char* const kVariables[] = {"BMT_TIMELINE", "BMT_TIMELINE_OPS", "BMT_VALIDATE_INDICES", "BMT_GEMM_AUTOTUNE",
-                                  "BMT_ATTENTION_NO_WGMMA"};
+                                  "BMT_ATTENTION_NO_WGMMA", "BMT_TEST_NODE_SIZE"};
 
 // Sets the variables for one test, restoring the process environment afterwards.
 class EnvironmentTest : public ::testing::Test {
@@ -68,6 +68,17 @@ TEST_F(EnvironmentTest, OneAndZeroTurnEverySwitchOnAndOff) {
   }
   ::setenv("BMT_TIMELINE", "trace.json", 1);
   EXPECT_EQ(bmt::read_environment().timeline, "trace.json");
+}
+
+TEST_F(EnvironmentTest, TestNodeSizeIsAPositiveCount) {
+  EXPECT_EQ(bmt::read_environment().test_node_size, 0);
+  ::setenv("BMT_TEST_NODE_SIZE", "2", 1);
+  EXPECT_EQ(bmt::read_environment().test_node_size, 2);
+  for (const char* value : {"", "0", "-1", "2x", "two"}) {
+    ::setenv("BMT_TEST_NODE_SIZE", value, 1);
+    EXPECT_EQ(error_reading(), std::string("BMT_TEST_NODE_SIZE: expected a number of ranks per node >= 1 (or unset), "
+                                           "found '") + value + "'");
+  }
 }
 
 TEST_F(EnvironmentTest, AnyOtherValueIsAnErrorNamingTheVariable) {

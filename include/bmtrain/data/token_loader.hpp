@@ -30,8 +30,9 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   bool shuffle = true;           // false: sequences in source order (llm.c's order)
   std::int64_t vocab_size = 0;   // > 0: every token must be below it (a wrong tokenizer shows at once)
-  int rank = -1;                 // -1: bmt::rank()
-  int world_size = -1;           // -1: bmt::world_size()
+  // The ranks that split a batch: the data-parallel group (a tensor-parallel group shares its rows).
+  int rank = -1;                 // -1: bmt::dp_rank()
+  int world_size = -1;           // -1: bmt::dp_size()
 };
 
 // Where the loader stands: the epoch, and how many sequences of its order (all ranks together)

@@ -14,6 +14,10 @@ struct EnvironmentOptions {
   std::optional<bool> validate_indices;  // BMT_VALIDATE_INDICES; unset: on for the host build only
   bool gemm_autotune = false;            // BMT_GEMM_AUTOTUNE: time cuBLASLt's candidates for large GEMMs
   bool attention_no_wgmma = false;       // BMT_ATTENTION_NO_WGMMA: the mma.sync attention kernels on Hopper too
+  // BMT_TEST_NODE_SIZE, for tests only: the runtime takes consecutive groups of this many ranks as
+  // one node each (ranks r and r' share a node when r / size == r' / size) instead of asking MPI
+  // which share memory, so that one machine can stand in for several nodes. 0: unset.
+  int test_node_size = 0;
 };
 
 // Parses the process environment now. Throws bmt::Error on a value outside the rule.
