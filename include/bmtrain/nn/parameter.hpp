@@ -10,6 +10,7 @@
 // gradient is reduce-scattered back into the shard's gradient).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bmtrain/nn/init.hpp"
 #include "bmtrain/tensor/tensor.hpp"
@@ -18,9 +19,24 @@ namespace bmt {
 
 class ShardedStorage;
 
+// How a parameter is divided over the tensor-parallel group (runtime/mesh.hpp). The parameter's own
+// shape is this rank's part; the whole parameter has `whole_shape`. Along `dim` the whole is a
+// concatenation of `parts` (one part for a plain weight; three for a fused [q; k; v] projection),
+// and each part is divided evenly: tensor-parallel rank r holds the r-th of tp_size pieces of every
+// part, concatenated in part order. dim -1: replicated, every rank holds the whole parameter (its
+// gradient is then summed over the group where the layer uses it, and counted once in norms).
+struct TensorParallelSplit {
+  int dim = -1;
+  std::vector<std::int64_t> parts;  // sizes along dim of the whole parameter's parts
+  Shape whole_shape;
+  int tp_rank = 0, tp_size = 1;
+  bool replicated() const { return dim < 0; }
+};
+
 struct ParameterInfo {
   init::Fn init;
   bool trainable = true;
+  TensorParallelSplit tp;  // replicated unless a tensor-parallel layer says otherwise
   // Where the parameter lives once sharded (null while local or uninitialized).
   ShardedStorage* sharded = nullptr;
   std::int64_t offset = 0;  // first element within the storage's flat buffer
