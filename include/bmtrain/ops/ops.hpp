@@ -15,3 +15,4 @@
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/ops/rotary.hpp"
 #include "bmtrain/ops/softmax.hpp"
+#include "bmtrain/ops/tensor_parallel.hpp"
