@@ -203,6 +203,60 @@ TEST(TensorParallelLayers, InputGradientsMatchFiniteDifferencesOfTheGroupsLoss) 
   }
 }
 
+// A sequence-parallel residual MLP: rows [N/tp, kDim] -> norm -> column -> row, onto the rows.
+struct MlpBlock : bmt::Module {
+  static constexpr std::int64_t kDim = 6;
+  bmt::nn::SequenceParallelLayerNorm norm{kDim};
+  bmt::nn::ColumnParallelLinear up{kDim, 4 * bmt::tp_size(), true, bmt::DType::f32, bmt::init::normal(0.4f)};
+  bmt::nn::RowParallelLinear down{4 * bmt::tp_size(), kDim, true, bmt::DType::f32, bmt::init::normal(0.4f)};
+  MlpBlock() {
+    register_module("norm", norm);
+    register_module("up", up);
+    register_module("down", down);
+  }
+  Tensor forward(const Tensor& rows) const { return down.forward_onto(rows, up.forward_gelu(norm.forward(rows))); }
+};
+
+// The same parameter names in both (blocks.i.up.weight, ...), so the same initial values.
+struct BlockListModel : bmt::DistributedModule {
+  bmt::TransformerBlockList<MlpBlock> blocks{1};
+  BlockListModel() {
+    for (int i = 0; i < 3; ++i) blocks.append();
+    register_module("blocks", blocks);
+  }
+};
+struct PlainModel : bmt::DistributedModule {
+  bmt::nn::ModuleList<MlpBlock> blocks;
+  PlainModel() {
+    for (int i = 0; i < 3; ++i) blocks.append();
+    register_module("blocks", blocks);
+  }
+};
+
+// Inside CheckpointBlocks (gathered ahead, recomputed in backward, gradients reduce-scattered) the
+// layers' collectives run again in the recompute, in the same order on every rank of the group:
+// the results are those of the layers outside blocks.
+TEST(TensorParallelLayers, LayersInATransformerBlockListMatchTheLayersOutsideBlocks) {
+  const std::int64_t rows = 2;
+  const auto x = random_floats(rows * MlpBlock::kDim, 50u + static_cast<std::uint32_t>(bmt::rank()));
+  const auto g = random_floats(rows * MlpBlock::kDim, 60u + static_cast<std::uint32_t>(bmt::rank()));
+  BlockListModel in_blocks;
+  PlainModel outside;
+  bmt::init_parameters(in_blocks);
+  bmt::init_parameters(outside);
+  Tensor xb = leaf(x, {rows, MlpBlock::kDim}), xo = leaf(x, {rows, MlpBlock::kDim});
+  const Tensor yb = in_blocks.blocks(xb);
+  Tensor yo = xo;
+  for (const auto& block : outside.blocks) yo = block.forward(yo);
+  expect_close(yb.to_host_floats(), yo.to_host_floats(), kTol, "output");
+  bmt::autograd::backward({yb}, {Tensor::from_floats(g, yb.shape())});
+  bmt::autograd::backward({yo}, {Tensor::from_floats(g, yo.shape())});
+  expect_close(xb.grad().to_host_floats(), xo.grad().to_host_floats(), kTol, "input gradient");
+  const auto gb = bmt_test::parameter_grads(in_blocks), go = bmt_test::parameter_grads(outside);
+  ASSERT_EQ(gb.size(), 18u);
+  for (const auto& [name, grad] : go) expect_close(gb.at(name), grad, kTol, name.c_str());
+}
+
 template <class F>
 void expect_refused(F&& build, const std::string& message) {
   try {
