@@ -67,6 +67,28 @@ TEST(VocabParallelCrossEntropy, MatchesTheWholeHeadsLossAndGradients) {
   check_against_whole(p, p.N);  // one chunk
 }
 
+// In bf16 both compute the same bf16 logits (the same rows times the same head rows) and differ in
+// the order of their f32 sums; gradients are rounded to bf16.
+TEST(VocabParallelCrossEntropy, Bf16MatchesTheWholeHeadInBf16) {
+  const Problem p = problem();
+  const Tensor targets = Tensor::from_ints(p.targets, {p.N});
+  auto bf16_leaf = [](const std::vector<float>& v, const bmt::Shape& shape) {
+    Tensor t = Tensor::from_floats(v, shape, bmt::DType::bf16);
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor h_whole = bf16_leaf(p.h, {p.N, p.C}), w_whole = bf16_leaf(p.w, {p.V, p.C});
+  const Tensor want = bmt::linear_cross_entropy(h_whole, w_whole, targets, 3, kIgnore);
+  bmt::autograd::backward({want});
+  const int tp = bmt::tp_size();
+  Tensor rows = bf16_leaf(my_rows(p.h, p.N, p.C), {p.N / tp, p.C}), head = bf16_leaf(my_head(p), {p.V / tp, p.C});
+  const Tensor got = bmt::vocab_parallel_cross_entropy(bmt::gather_tokens(rows), head, targets, 3, kIgnore);
+  bmt::autograd::backward({got});
+  EXPECT_NEAR(got.to_host_floats()[0], want.to_host_floats()[0], 1e-4 * (1.0 + std::abs(want.to_host_floats()[0])));
+  expect_close(head.grad().to_host_floats(), my_rows(w_whole.grad().to_host_floats(), p.V, p.C), 1e-2, "weight gradient");
+  expect_close(rows.grad().to_host_floats(), my_rows(h_whole.grad().to_host_floats(), p.N, p.C), 1e-2, "hidden gradient");
+}
+
 TEST(VocabParallelCrossEntropy, EveryTargetIgnoredGivesZeroLossAndGradients) {
   const Problem p = problem(/*all_ignored=*/true);
   check_against_whole(p, 3);
