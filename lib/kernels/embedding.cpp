@@ -72,6 +72,23 @@ void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& ou
   });
 }
 
+Tensor ids_from(const Tensor& ids, std::int64_t first) {
+  const char* op = "ids_from";
+  BMT_REQUIRE(ids.defined() && (ids.dtype() == DType::i32 || ids.dtype() == DType::i64),
+              op << ": expected i32 or i64 ids, found " << (ids.defined() ? dtype_name(ids.dtype()) : "none"));
+  const Tensor src = contiguous(ids);
+  Tensor out = Tensor::empty(src.shape(), src.dtype());
+  if (src.numel() == 0) return out;
+  BMT_DISPATCH_INDEX(src.dtype(), op, I, {
+    const I* in = view1<I>(src, op).data();
+    I* dst = view1<I>(out, op).data();
+    Kokkos::parallel_for(
+        "bmt::ids_from", Kokkos::RangePolicy<ExecSpace>(space(), 0, static_cast<std::size_t>(src.numel())),
+        KOKKOS_LAMBDA(std::size_t i) { dst[i] = static_cast<I>(in[i] - first); });
+  });
+  return out;
+}
+
 EmbeddingIndex embedding_index(const Tensor& ids, std::int64_t V) {
   const char* op = "embedding_index";
   BMT_REQUIRE(ids.defined(), op << ": expected an ids tensor");

@@ -4,10 +4,9 @@
 
 #include "bmtrain/ops/elementwise.hpp"
 #include "bmtrain/ops/embedding.hpp"
-#include "bmtrain/ops/float8_linear.hpp"
-#include "bmtrain/ops/matmul.hpp"
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/runtime/error.hpp"
+#include "linear_product.hpp"
 
 namespace bmt::nn {
 
@@ -34,24 +33,20 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, DType dtype, i
 Tensor Linear::gathered_bias() const { return bias.defined() ? bias.gather() : Tensor(); }
 
 Tensor Linear::forward(const Tensor& x) const {
-  if (fp8_) return float8_linear(x, weight.gather(), gathered_bias());
-  return linear(x, weight.gather(), gathered_bias());
+  return linear_product(x, weight.gather(), gathered_bias(), LinearForm::plain, fp8_);
 }
 
 Tensor Linear::forward_gelu(const Tensor& x) const {
-  if (fp8_) return gelu(float8_linear(x, weight.gather(), gathered_bias()));
-  return linear_gelu(x, weight.gather(), gathered_bias());
+  return linear_product(x, weight.gather(), gathered_bias(), LinearForm::gelu_after, fp8_);
 }
 
 Tensor Linear::gelu_forward(const Tensor& x) const {
-  if (fp8_) return float8_linear(gelu(x), weight.gather(), gathered_bias());
-  return gelu_linear(x, weight.gather(), gathered_bias());
+  return linear_product(x, weight.gather(), gathered_bias(), LinearForm::gelu_before, fp8_);
 }
 
 Tensor Linear::forward_onto(const Tensor& residual, const Tensor& x, bool gelu_first) const {
-  const Tensor w = weight.gather();
-  const Tensor product_of_x = fp8_ ? float8_linear(gelu_first ? gelu(x) : x, w)
-                                   : gelu_first ? gelu_linear(x, w) : linear(x, w);
+  const Tensor product_of_x =
+      linear_product(x, weight.gather(), Tensor(), gelu_first ? LinearForm::gelu_before : LinearForm::plain, fp8_);
   return residual_add(residual, product_of_x, gathered_bias());
 }
 

@@ -1,3 +1,7 @@
+// The chunked linear + cross-entropy, over the whole vocabulary or over a vocabulary split across
+// a group of ranks (ops/vocab_parallel_cross_entropy.hpp): the two differ only in how a chunk's
+// logits become its logsumexp and loss (one kernel, or three steps with the group's all-reduces
+// between them) and in which kernel turns them into their gradient.
 #include "bmtrain/ops/linear_cross_entropy.hpp"
 
 #include <algorithm>
@@ -6,6 +10,9 @@
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/cross_entropy.hpp"
+#include "bmtrain/kernels/vocab_parallel_cross_entropy.hpp"
+#include "bmtrain/ops/vocab_parallel_cross_entropy.hpp"
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "matrix_batch.hpp"
 #include "upstream_grad.hpp"
@@ -14,16 +21,18 @@ namespace bmt {
 
 namespace {
 
-// Inputs: h, weight, targets.
+// Inputs: h, weight, targets. With a group, weight is this rank's part of the vocabulary (rows
+// [first, first + Vp) of the whole V = Vp * group size, first = Vp * rank).
 class LinearCrossEntropyFn final : public autograd::Function {
  public:
-  LinearCrossEntropyFn(std::int64_t chunk_rows, std::int64_t ignore_index)
-      : chunk_(chunk_rows), ignore_(ignore_index) {}
-  std::string name() const override { return "linear_cross_entropy"; }
+  LinearCrossEntropyFn(std::int64_t chunk_rows, std::int64_t ignore_index, Communicator* group = nullptr)
+      : chunk_(chunk_rows), ignore_(ignore_index), group_(group) {}
+  std::string name() const override { return group_ ? "vocab_parallel_cross_entropy" : "linear_cross_entropy"; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor &h = in[0], &w = in[1], &targets = in[2];
-    const char* op = "linear_cross_entropy";
+    const std::string name_of_op = name();
+    const char* op = name_of_op.c_str();
     BMT_REQUIRE(chunk_ > 0, op << ": expected chunk_rows > 0, found " << chunk_);
     BMT_REQUIRE(h.defined() && w.defined() && is_floating(h.dtype()) && h.dtype() == w.dtype(),
                 op << ": expected h and weight of one floating dtype, found "
@@ -33,6 +42,8 @@ class LinearCrossEntropyFn final : public autograd::Function {
                 op << ": expected h [..., C] and weight [V, C] with V, C > 0, found h " << to_string(h.shape())
                    << " and weight " << to_string(w.shape()));
     const std::int64_t C = w.size(1), V = w.size(0), N = h.numel() / C;
+    first_ = group_ ? V * group_->rank() : 0;
+    vocab_ = group_ ? V * group_->size() : V;
     BMT_REQUIRE(targets.defined() && targets.numel() == N,
                 op << ": expected " << N << " targets (one per row of h " << to_string(h.shape()) << "), found "
                    << (targets.defined() ? std::to_string(targets.numel()) + " in " + to_string(targets.shape())
@@ -47,16 +58,30 @@ class LinearCrossEntropyFn final : public autograd::Function {
     const std::int64_t chunks = (N + chunk_ - 1) / chunk_;
     Tensor parts = Tensor::empty({chunks, 2}, DType::f32);  // each chunk's mean loss and count
     Tensor logits = Tensor::empty({std::min(chunk_, N), V}, h.dtype());
+    // With a group: a chunk's row maxima, then its sums of exponentials and target logits [2, rows].
+    Tensor row_max = group_ ? Tensor::empty({std::min(chunk_, N)}, DType::f32) : Tensor();
+    Tensor stats = group_ ? Tensor::empty({2 * std::min(chunk_, N)}, DType::f32) : Tensor();
     const std::string allowed = " or ignore_index (" + std::to_string(ignore_) + ")";
     for (std::int64_t c = 0; c < chunks; ++c) {
-      const std::int64_t r0 = c * chunk_, r1 = std::min(N, r0 + chunk_);
-      const Tensor part = logits.slice(0, 0, r1 - r0);
+      const std::int64_t r0 = c * chunk_, r1 = std::min(N, r0 + chunk_), n = r1 - r0;
+      const Tensor part = logits.slice(0, 0, n), chunk_targets = targets_.slice(0, r0, r1);
+      const Tensor chunk_loss = parts.slice(0, c, c + 1).slice(1, 0, 1), chunk_count = parts.slice(0, c, c + 1).slice(1, 1, 2);
       multiply(as_matrices(h_.slice(0, r0, r1)), as_matrices(w_).transposed(), part);
       const kernels::IndexCheck check;
-      kernels::cross_entropy_forward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1),
-                                     parts.slice(0, c, c + 1).slice(1, 0, 1), parts.slice(0, c, c + 1).slice(1, 1, 2),
-                                     check.record());
-      check.throw_if_bad(op, "targets", V, allowed.c_str(), r0);
+      if (group_) {
+        Stream& stream = context().compute_stream();
+        const Tensor m = row_max.slice(0, 0, n), st = stats.slice(0, 0, 2 * n).view({2, n});
+        kernels::vocab_part_max(part, m);
+        group_->all_reduce(m.data(), m.data(), static_cast<std::size_t>(n), DType::f32, ReduceOp::max, stream);
+        kernels::vocab_part_sums(part, chunk_targets, first_, m, st);
+        group_->all_reduce(st.data(), st.data(), static_cast<std::size_t>(2 * n), DType::f32, ReduceOp::sum, stream);
+        kernels::vocab_parallel_loss(chunk_targets, vocab_, ignore_, m, st, lse_.slice(0, r0, r1), chunk_loss,
+                                     chunk_count, check.record());
+      } else {
+        kernels::cross_entropy_forward(part, chunk_targets, ignore_, lse_.slice(0, r0, r1), chunk_loss, chunk_count,
+                                       check.record());
+      }
+      check.throw_if_bad(op, "targets", vocab_, allowed.c_str(), r0);
     }
     if (chunks == 0) {
       loss.zero_();
@@ -90,8 +115,12 @@ class LinearCrossEntropyFn final : public autograd::Function {
       const MatrixBatch h_rows = as_matrices(h_.slice(0, r0, r1));
       multiply(h_rows, w.transposed(), part);
       // The chunk's logits become their gradient in place.
-      kernels::cross_entropy_backward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1), count_, dloss,
-                                      part);
+      if (group_)
+        kernels::vocab_part_backward(part, targets_.slice(0, r0, r1), first_, vocab_, ignore_, lse_.slice(0, r0, r1),
+                                     count_, dloss, part);
+      else
+        kernels::cross_entropy_backward(part, targets_.slice(0, r0, r1), ignore_, lse_.slice(0, r0, r1), count_,
+                                        dloss, part);
       const MatrixBatch dlogits = as_matrices(part);
       if (dh.defined()) multiply(dlogits, w, dh.slice(0, r0, r1));
       if (dw_target.defined())
@@ -106,6 +135,8 @@ class LinearCrossEntropyFn final : public autograd::Function {
 
  private:
   std::int64_t chunk_, ignore_;
+  Communicator* group_;
+  std::int64_t first_ = 0, vocab_ = 0;
   Shape h_shape_;
   Tensor h_, w_, targets_, lse_, count_;
 };
@@ -115,6 +146,13 @@ class LinearCrossEntropyFn final : public autograd::Function {
 Tensor linear_cross_entropy(const Tensor& h, const Tensor& weight, const Tensor& targets, std::int64_t chunk_rows,
                             std::int64_t ignore_index) {
   return autograd::call<LinearCrossEntropyFn>({h, weight, targets}, chunk_rows, ignore_index)[0];
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& h, const Tensor& weight, const Tensor& targets,
+                                    std::int64_t chunk_rows, std::int64_t ignore_index, Communicator* comm) {
+  Communicator& group = comm ? *comm : context().tp_comm();
+  if (group.size() == 1) return linear_cross_entropy(h, weight, targets, chunk_rows, ignore_index);
+  return autograd::call<LinearCrossEntropyFn>({h, weight, targets}, chunk_rows, ignore_index, &group)[0];
 }
 
 }  // namespace bmt

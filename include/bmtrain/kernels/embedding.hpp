@@ -14,6 +14,11 @@ namespace bmt::kernels {
 
 void embedding_forward(const Tensor& ids, const Tensor& weight, const Tensor& out, BadIndexRecord bad = {});
 
+// ids - first (same shape and dtype, contiguous): the ids of a table's rows [first, first + V) as
+// indices into a table holding only those rows; every other id falls outside [0, V), where the
+// lookup gives a zero row and the gradient adds nothing.
+Tensor ids_from(const Tensor& ids, std::int64_t first);
+
 // The positions of each id in `ids`, made ahead of the backward so that it need not group them
 // itself. On the CUDA build (contiguous ids) this queues a stable radix sort of (id, position) pairs
 // and a table of each id's place in the sorted list (8 bytes a row of the table) on a side stream

@@ -15,3 +15,5 @@
 #include "bmtrain/ops/norm.hpp"
 #include "bmtrain/ops/rotary.hpp"
 #include "bmtrain/ops/softmax.hpp"
+#include "bmtrain/ops/tensor_parallel.hpp"
+#include "bmtrain/ops/vocab_parallel_cross_entropy.hpp"
