@@ -71,7 +71,8 @@ void Optimizer::settle() {
 }
 
 Tensor Optimizer::gradient_sum_squares(std::vector<Tensor>& tensors) {
-  for (auto& g : gradient_shards()) tensors.push_back(g);
+  for (auto* s : storages_)
+    for (auto& part : s->norm_parts(s->grad_shard())) tensors.push_back(part);
   return Tensor();
 }
 
