@@ -8,6 +8,7 @@
 
 #include <bmtrain/models/causal_lm.hpp>
 #include <bmtrain/models/model_config.hpp>
+#include <bmtrain/runtime/context.hpp>
 
 namespace bmt_train {
 
