@@ -76,10 +76,4 @@ Tensor Optimizer::gradient_sum_squares(std::vector<Tensor>& tensors) {
   return Tensor();
 }
 
-std::vector<Tensor> Optimizer::gradient_shards() const {
-  std::vector<Tensor> out;
-  for (auto* s : storages_) out.push_back(s->grad_shard());
-  return out;
-}
-
 }  // namespace bmt::optim
