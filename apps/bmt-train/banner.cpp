@@ -3,6 +3,7 @@
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/kernels/gemm.hpp>
 
+#include "step_traffic.hpp"
 #include "units.hpp"
 
 namespace bmt_train {
@@ -18,6 +19,29 @@ std::string recompute_description(const bmt::models::CausalLMOptions& o, std::in
   if (o.keep_blocks > 0)
     text += ", last " + std::to_string(o.keep_blocks) + " block" + (o.keep_blocks > 1 ? "s" : "") + " kept";
   return text;
+}
+
+// The banner's account of the shard group and of what a rank sends a step (step_traffic.hpp).
+std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& f) {
+  const auto& ctx = bmt::context();
+  const bmt::Mesh& mesh = ctx.mesh();
+  TrafficPlan p;
+  const auto parameters = static_cast<double>(cfg.parameter_count());
+  p.parameter_bytes = parameters * static_cast<double>(bmt::dtype_size(cfg.dtype));
+  p.gradient_bytes = o.eval_only ? 0.0 : parameters * static_cast<double>(sizeof(float));
+  p.shard_size = mesh.shard_size;
+  p.shard_ranks_on_node = mesh.shard_group == bmt::ShardGroup::node
+                              ? mesh.shard_size
+                              : std::min(mesh.shard_size, ctx.topology().local_size / mesh.tp_size);
+  p.replicas = mesh.replica_count;
+  p.gathers_per_pass = o.eval_only || o.zero_level == 2 ? 1 : 2;
+  p.micro_batches = f.accumulation;
+  const StepTraffic t = step_traffic(p);
+  return std::string("shard group ") + bmt::shard_group_name(mesh.shard_group) + " (" +
+         std::to_string(mesh.shard_size) + " rank" + (mesh.shard_size > 1 ? "s" : "") +
+         (mesh.replica_count > 1 ? ", " + std::to_string(mesh.replica_count) + " replicas" : std::string()) +
+         ")  a rank sends " + bytes_text(t.inside_node) + " inside its node and " + bytes_text(t.outside_node) +
+         " to other nodes a step";
 }
 
 }  // namespace
@@ -49,14 +73,15 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
   bmt::print_rank("| state per parameter (", o.moments, " moments", o.offload ? ", offloaded" : "", "): ",
                   f.memory.forward_device_bytes_per_parameter, " bytes on the device during forward, ",
                   f.memory.device_bytes_per_parameter, " at the peak, ", f.memory.host_bytes_per_parameter,
-                  " on the host; each / ", world, " ranks");
+                  " on the host; each / ", ctx.mesh().shard_size, " ranks");
+  bmt::print_rank("| ", traffic_description(o, cfg, f));
   bmt::print_rank("| estimated memory per rank: ", bytes_text(f.memory.sharded_state), " sharded state (",
                   bytes_text(f.memory.forward_sharded_state), " during forward) + ", bytes_text(f.memory.buffers),
                   " gather/gradient buffers + activations");
   if (!f.recompute_plan.empty()) bmt::print_rank("| recompute auto: ", f.recompute_plan);
   if (o.offload)
     bmt::print_rank("| host memory per rank: ", bytes_text(f.memory.host_state), " optimizer state (",
-                    f.memory.host_bytes_per_parameter, " bytes a parameter / ", world, "), updated by ",
+                    f.memory.host_bytes_per_parameter, " bytes a parameter / ", ctx.mesh().shard_size, "), updated by ",
                     f.host_threads, " thread", f.host_threads == 1 ? "" : "s");
   const std::string weights = !f.resumed_from.empty() ? f.resumed_from
                               : !o.init_from.empty()   ? o.init_from + " (Hugging Face checkpoint)"

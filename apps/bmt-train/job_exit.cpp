@@ -8,7 +8,7 @@
 
 namespace bmt_train {
 
-JobExit::JobExit() { BMT_MPI_CHECK(MPI_Comm_dup(bmt::context().mpi_comm(), &comm_)); }
+JobExit::JobExit() { BMT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_)); }
 
 int JobExit::leave(int code, const std::string& error, double patience_s) {
   int rank = 0, size = 1;

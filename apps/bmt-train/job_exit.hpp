@@ -14,7 +14,8 @@ namespace bmt_train {
 
 class JobExit {
  public:
-  // Collective: call once on every rank, after bmt::init_distributed.
+  // Collective over MPI's world: call once on every rank, after MPI_Init (bmt-train starts the
+  // runtime later, once its options are read).
   JobExit();
   JobExit(const JobExit&) = delete;
   JobExit& operator=(const JobExit&) = delete;

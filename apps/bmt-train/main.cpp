@@ -17,37 +17,48 @@
 #include "trainer.hpp"
 
 int main(int argc, char** argv) {
-  try {
-    bmt::init_distributed(&argc, &argv);
-  } catch (const bmt::Error& e) {  // a bad environment variable, agreed on by every rank
-    std::fprintf(stderr, "bmt-train: error: %s\n", e.what());
+  // The runtime starts with the process mesh the options ask for (--shard-group), so MPI starts
+  // first and the options are read and agreed on over its world; the runtime then finds MPI
+  // started, and leaves it for the end of main to finalize.
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "bmt-train: error: MPI_Init_thread failed\n");
     return 2;
   }
-  bmt_train::JobExit job_exit;
   int code = 0;
-  std::string error;
-  try {
-    bmt_train::TrainOptions options;
-    bool run = false;
-    // Ranks of an MPMD launch get different arguments: one rank's bad flag must stop them all.
-    bmt::run_on_every_rank(MPI_COMM_NULL, [&] { run = bmt_train::parse_options(argc, argv, options, code); });
-    const int world = bmt::world_size(), first_help = bmt::lowest_rank_where(MPI_COMM_NULL, !run);
-    const int first_run = bmt::lowest_rank_where(MPI_COMM_NULL, run);
-    BMT_REQUIRE(first_help == world || first_run == world,
-                "--help: expected on every rank or on none, found it on rank " << first_help << " and not on rank "
-                                                                              << first_run);
-    if (run) code = bmt_train::train(options);
-  } catch (const bmt::Error& e) {
-    error = e.what();
-    code = 2;
-  } catch (const std::bad_alloc&) {
-    error = bmt::kOutOfHostMemory;
-    code = 2;
-  } catch (const std::exception& e) {
-    error = std::string("internal error: ") + e.what();
-    code = 1;
+  {
+    bmt_train::JobExit job_exit;
+    std::string error;
+    try {
+      bmt_train::TrainOptions options;
+      bool run = false;
+      // Ranks of an MPMD launch get different arguments: one rank's bad flag must stop them all.
+      bmt::run_on_every_rank(MPI_COMM_WORLD, [&] { run = bmt_train::parse_options(argc, argv, options, code); });
+      int world = 1;
+      BMT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+      const int first_help = bmt::lowest_rank_where(MPI_COMM_WORLD, !run);
+      const int first_run = bmt::lowest_rank_where(MPI_COMM_WORLD, run);
+      BMT_REQUIRE(first_help == world || first_run == world,
+                  "--help: expected on every rank or on none, found it on rank " << first_help << " and not on rank "
+                                                                                << first_run);
+      if (run) {
+        // A bad environment variable or mesh size is agreed on by every rank.
+        bmt::init_distributed(&argc, &argv, bmt_train::init_options(options));
+        code = bmt_train::train(options);
+      }
+    } catch (const bmt::Error& e) {
+      error = e.what();
+      code = 2;
+    } catch (const std::bad_alloc&) {
+      error = bmt::kOutOfHostMemory;
+      code = 2;
+    } catch (const std::exception& e) {
+      error = std::string("internal error: ") + e.what();
+      code = 1;
+    }
+    code = job_exit.leave(code, error);
   }
-  code = job_exit.leave(code, error);
   bmt::finalize();
+  MPI_Finalize();
   return code;
 }

@@ -16,6 +16,7 @@ MemoryEstimate estimate_memory(const TrainOptions& o, const ModelConfig& cfg,
                                const bmt::models::CausalLMOptions& model_options, int world,
                                std::int64_t accumulation) {
   bmt::optim::MemoryPlan plan = bmt::models::memory_plan(cfg, model_options, world);
+  plan.replicas = bmt::context().mesh().replica_count;
   plan.offload = o.offload;
   plan.accumulates = accumulation > 1;
   plan.moments = bmt::parse_dtype(o.moments);

@@ -13,13 +13,14 @@ struct MemoryEstimate {
   double forward_sharded_state = 0;  // the same while a forward runs (the step gave the gradients back)
   double buffers = 0;        // device bytes: gather and gradient rings, kept gathered copies
   double host_state = 0;     // host bytes: the offloaded optimizer's state
-  double device_bytes_per_parameter = 0;  // before dividing by the world size: at the peak
+  double device_bytes_per_parameter = 0;  // before dividing by the shard group's size: at the peak
   double forward_device_bytes_per_parameter = 0;  // and while a forward runs
   double host_bytes_per_parameter = 0;
   // Activations are not estimated.
 };
 
-// For `options` (the model run as `model_options`) on `world` ranks with `accumulation` micro-batches
+// For `options` (the model run as `model_options`) sharded over `world` ranks (the shard group:
+// the world, or a node under node sharding) with `accumulation` micro-batches
 // a step: the model's plan from the library (bmt::models::memory_plan), the optimizer's options on it.
 // With --eval-only, the parameters' shards alone and the buffers (no gradient or optimizer state).
 MemoryEstimate estimate_memory(const TrainOptions& options, const ModelConfig& config,

@@ -188,6 +188,13 @@ std::vector<OptionRow> make_table() {
                                           "forward to backward")
           .takes(whole_number(2, 3, "2 or 3"))
           .shows_default());
+  add(Row("--shard-group", &O::shard_group,
+          "world: shard parameters, gradients and optimizer state over every data-parallel rank; node: shard them "
+          "within each node and replicate them across nodes (hybrid sharding: gathers and reduce-scatters stay "
+          "inside the node, and each gradient shard is averaged across the nodes by an all-reduce)")
+          .takes(one_of({"world", "node"}), "NAME")
+          .shows_default()
+          .on_resume(Effect::rounding));
   add(Row("--no-checkpointing", &O::checkpointing, "Keep block activations instead of recomputing them")
           .clears()
           .named("checkpointing"));

@@ -172,7 +172,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     exit_code = 0;
-    if (!bmt::is_initialized() || bmt::rank() == 0) std::cout << app.help();
+    int mpi = 0, rank = 0;
+    BMT_MPI_CHECK(MPI_Initialized(&mpi));
+    if (mpi) BMT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (rank == 0) std::cout << app.help();
     return false;
   } catch (const CLI::FileError& e) {
     BMT_REQUIRE(false, "--config: expected a readable TOML file, found none at '" << config_path(argc, argv) << "'");
@@ -214,6 +217,12 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
                                      << flag << " " << value);
   }
   return true;
+}
+
+bmt::InitOptions init_options(const TrainOptions& o) {
+  bmt::InitOptions init;
+  init.shard_group = bmt::parse_shard_group(o.shard_group, "--shard-group");
+  return init;
 }
 
 }  // namespace bmt_train

@@ -8,6 +8,7 @@
 
 #include <bmtrain/models/causal_lm.hpp>
 #include <bmtrain/models/model_config.hpp>
+#include <bmtrain/runtime/context.hpp>
 
 namespace bmt_train {
 
@@ -24,6 +25,7 @@ struct TrainOptions {
   bool fp8 = false;  // the blocks' linear layers in FP8 (bmt::models::CausalLMOptions::fp8)
   // distribution and memory
   int zero_level = 3;
+  std::string shard_group = "world";  // the ZeRO shard group: world, or node (hybrid sharding)
   bool checkpointing = true;  // recompute blocks in backward
   bool keep_attention = false;  // the recompute reuses the forward's attention outputs
   bool keep_residual = false;   // the recompute reuses the forward's residual sums
@@ -93,8 +95,12 @@ struct TrainOptions {
 // and timeline paths) are left out.
 std::string shared_description(const TrainOptions& options, const ModelConfig& config);
 
-// Parses argv. On --help, prints the help on rank 0 and returns false with exit_code 0; on bad
-// input throws bmt::Error with a one-line message.
+// Parses argv. On --help, prints the help on rank 0 of MPI's world (every process, without MPI)
+// and returns false with exit_code 0; on bad input throws bmt::Error with a one-line message. Needs
+// no runtime: the runtime starts with what the options say (init_options).
 bool parse_options(int argc, char** argv, TrainOptions& out, int& exit_code);
+
+// The runtime's options that bmt-train's flags set: the process mesh (--shard-group).
+bmt::InitOptions init_options(const TrainOptions& options);
 
 }  // namespace bmt_train

@@ -18,7 +18,8 @@ struct RecomputeChoice {
   double budget_bytes = 0;               // what the rank had for them
 };
 
-// The plan for micro-batches of `tokens` tokens, given the memory `state` (this configuration's
+// The plan for micro-batches of `tokens` tokens, with the state sharded over `world` ranks (the
+// shard group), given the memory `state` (this configuration's
 // estimate with nothing kept) leaves of the rank's free memory (the least of every rank's, so that
 // all choose alike), less a margin for the estimate's error, the allocator's
 // fragmentation and the kernels' workspaces (1/8 of it). A plan that does not fit even recomputing every

@@ -148,19 +148,21 @@ void Trainer::build_model() {
   plan_.model_options = o_.model_options();
   // What the model will take is known before any of it is allocated: a configuration that cannot
   // fit is refused here, not by the kernel's out-of-memory killer halfway through initialization.
+  // The state is sharded over the shard group (the world, or the node under node sharding).
+  const int shard = bmt::context().mesh().shard_size;
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-    plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, world_, plan_.accumulation);
+    plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, shard, plan_.accumulation);
     require_memory(plan_.memory);
   });
   // --recompute auto keeps what fits of the activations beside that; every rank plans from the
   // least free memory among them, so all choose alike.
   if (o_.recompute == "auto" && !o_.eval_only)
     bmt::run_on_every_rank(MPI_COMM_NULL, [&] {
-      const auto choice = choose_recompute(cfg_, plan_.model_options, world_, plan_.micro_batch * o_.seq, plan_.memory);
+      const auto choice = choose_recompute(cfg_, plan_.model_options, shard, plan_.micro_batch * o_.seq, plan_.memory);
       plan_.model_options = choice.options;
       plan_.recompute_plan = choice.summary + " (activations about " + bytes_text(choice.activation_bytes) + " of the " +
                              bytes_text(choice.budget_bytes) + " left)";
-      plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, world_, plan_.accumulation);
+      plan_.memory = estimate_memory(o_, cfg_, plan_.model_options, shard, plan_.accumulation);
     });
   bmt::run_on_every_rank(MPI_COMM_NULL,
                          [&] { model_ = std::make_unique<bmt::models::CausalLM>(cfg_, plan_.model_options); });

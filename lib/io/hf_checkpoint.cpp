@@ -176,10 +176,11 @@ void read_slice(const HubFiles::Tensor& t, const std::string& name, const Sharde
   }
 }
 
-// Writes this rank's elements of parameter `e` from `in` (the shard's host copy at the slice).
+// Writes this rank's elements of parameter `e` from `in` (the shard's host copy at the slice), on
+// the first replica of the shards only.
 void write_slice(SafetensorsWriter& w, const std::string& hub, const ShardedStorage& s, const ShardedStorage::Entry& e,
                  bool transposed, const char* in) {
-  const auto slice = s.local_slice(e);
+  const auto slice = s.checkpoint_slice(e);
   if (slice.count == 0) return;
   const DType dtype = s.dtype();
   if (!transposed) {

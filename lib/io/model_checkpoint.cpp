@@ -41,7 +41,7 @@ void save(Module& model, const std::string& path, const std::map<std::string, st
     const auto host = shard_bytes(*s);
     const std::size_t es = dtype_size(s->dtype());
     for (const auto& e : s->entries()) {
-      const auto slice = s->local_slice(e);
+      const auto slice = s->checkpoint_slice(e);
       if (slice.count)
         writer.write(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
                      s->dtype(), host.data() + slice.shard_offset * es);
@@ -107,7 +107,7 @@ void save_optimizer(const optim::Optimizer& optimizer, const std::string& path) 
       const auto bytes = host_bytes(contiguous(t));
       const std::size_t es = dtype_size(t.dtype());
       for (const auto& e : s->entries()) {
-        const auto slice = s->local_slice(e);
+        const auto slice = s->checkpoint_slice(e);
         if (slice.count)
           writer.write(e.name + "." + state, static_cast<std::uint64_t>(slice.param_offset),
                        static_cast<std::uint64_t>(slice.count), t.dtype(), bytes.data() + slice.shard_offset * es);

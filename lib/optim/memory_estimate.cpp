@@ -16,15 +16,18 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
               "estimate_memory: expected moments in f32 or bf16, found " << dtype_name(p.moments));
   const double compute_bytes = static_cast<double>(dtype_size(p.dtype));
   const double moments = 2.0 * static_cast<double>(dtype_size(p.moments));
+  BMT_REQUIRE(p.replicas >= 1, "estimate_memory: expected replicas >= 1, found " << p.replicas);
   const bool sharded = p.world_size > 1;
+  // Gradients go through the gradient ring and a reduction unless one rank holds the only copy.
+  const bool reduced = sharded || p.replicas > 1;
   MemoryEstimate e;
   // Where the optimizer is on the device the values are held in f32, as its master weights, and
   // the f32 gradient shard lives from the backward that makes it to the step that consumes it;
   // offloaded, the device keeps the values in the parameters' dtype and the master is on the host.
   const double values = p.offload ? compute_bytes : 4.0 + moments;
-  // Accumulated micro-batches keep the gradient shard from the first to the step, and across ranks
-  // a later micro-batch's reduction lands beside it.
-  const double kept_gradients = p.accumulates ? 4.0 + (sharded ? 4.0 : 0.0) : 0.0;
+  // Accumulated micro-batches keep the gradient shard from the first to the step, and where
+  // gradients are reduced a later micro-batch's reduction lands beside it.
+  const double kept_gradients = p.accumulates ? 4.0 + (reduced ? 4.0 : 0.0) : 0.0;
   e.forward_device_bytes_per_parameter = values + kept_gradients;
   e.device_bytes_per_parameter = values + (p.offload ? kept_gradients : std::max(kept_gradients, 4.0));
   e.host_bytes_per_parameter =
@@ -37,7 +40,7 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
   const bool gathers = sharded || (!p.offload && p.dtype != DType::f32);
   const double block = static_cast<double>(p.largest_block);
   if (gathers) e.device_buffers += block * compute_bytes * (p.prefetch + 1 + p.kept_blocks);
-  if (sharded) e.device_buffers += block * 4.0 * 2;  // the gradient ring's two f32 slots
+  if (reduced) e.device_buffers += block * 4.0 * 2;  // the gradient ring's two f32 slots
   // Offloaded, one step at a time: the gradient shards copied out and not yet given back, the one
   // the backward writes and the one being reduced.
   if (p.offload && !p.accumulates)

@@ -226,7 +226,7 @@ Tensor OffloadedAdamW::gradient_sum_squares(std::vector<Tensor>& tensors) {
     if (st.sum_squares.defined() && st.fetched_version == st.s->gradient_version())
       taken.push_back(st.sum_squares);
     else
-      tensors.push_back(st.s->grad_shard());
+      for (auto& part : st.s->norm_parts(st.s->grad_shard())) tensors.push_back(part);
   }
   return taken.empty() ? Tensor() : sum_in_f64(taken);
 }
@@ -249,7 +249,7 @@ void OffloadedAdamW::fetch(std::size_t k, bool release_after) {
   st.sum_squares = Tensor();
   if (!release_after) return;
   context().compute_stream().wait(ready);
-  st.sum_squares = global_sum_squares({s.grad_shard()});
+  st.sum_squares = global_sum_squares(s.norm_parts(s.grad_shard()));
   in_flight_.push_back(k);
   while (in_flight_.size() > kGradientsInFlight) {
     release(in_flight_.front());

@@ -23,13 +23,19 @@ Tensor global_grad_norm_squared(const std::vector<Optimizer*>& optimizers) {
     const Tensor sum = o->gradient_sum_squares(grads);
     if (sum.defined()) taken.push_back(sum);
   }
-  // This rank's sum of squares, summed over ranks on the compute stream's communicator. Each rank's
-  // sum is accurate to its last bit (f64 accumulation), so the ranks' sums add up to the 1-rank
-  // value within one rounding per rank.
+  // This rank's sum of squares, summed over the shard group and then the tensor-parallel group on
+  // the compute stream's communicators: together they hold each gradient element once (node
+  // sharding's replicas hold copies of the shards, and norm_parts leaves a replicated parameter to
+  // one tensor-parallel rank). Each rank's sum is accurate to its last bit (f64 accumulation), so
+  // the ranks' sums add up to the 1-rank value within one rounding per rank.
   auto& ctx = context();
   Tensor sq = global_sum_squares(grads);
   for (const Tensor& t : taken) sq = kernels::binary(kernels::BinaryOp::add, sq, t);
-  ctx.world_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
+  const Mesh& mesh = ctx.mesh();
+  if (mesh.shard_size > 1)
+    ctx.shard_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
+  if (mesh.tp_size > 1)
+    ctx.tp_comm().all_reduce(sq.data(), sq.data(), 1, DType::f32, ReduceOp::sum, ctx.compute_stream());
   return sq;
 }
 

@@ -71,14 +71,9 @@ void Optimizer::settle() {
 }
 
 Tensor Optimizer::gradient_sum_squares(std::vector<Tensor>& tensors) {
-  for (auto& g : gradient_shards()) tensors.push_back(g);
+  for (auto* s : storages_)
+    for (auto& part : s->norm_parts(s->grad_shard())) tensors.push_back(part);
   return Tensor();
-}
-
-std::vector<Tensor> Optimizer::gradient_shards() const {
-  std::vector<Tensor> out;
-  for (auto* s : storages_) out.push_back(s->grad_shard());
-  return out;
 }
 
 }  // namespace bmt::optim

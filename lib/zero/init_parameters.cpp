@@ -10,23 +10,25 @@ namespace bmt {
 namespace {
 
 // Walks the tree; `owner` collects single-parameter storages for parameters outside blocks.
-void place(Module& m, const std::string& prefix, std::vector<std::unique_ptr<ShardedStorage>>& owner, int rank,
-           int world, std::uint64_t seed) {
+void place(Module& m, const std::string& prefix, std::vector<std::unique_ptr<ShardedStorage>>& owner,
+           const Mesh& mesh, std::uint64_t seed) {
   if (m.sharding() == Module::Sharding::block) {
     auto& block = static_cast<CheckpointBlockBase&>(m);
     BMT_REQUIRE(!block.has_storage(), "init_parameters: expected one call per model, found block '" << prefix
                                                                                                     << "' initialized twice");
     block.set_storage(std::make_unique<ShardedStorage>(prefix.empty() ? "block" : prefix,
-                                                       m.named_parameters(prefix.empty() ? "" : prefix + "."), rank,
-                                                       world, seed));
+                                                       m.named_parameters(prefix.empty() ? "" : prefix + "."),
+                                                       mesh.shard_rank, mesh.shard_size, seed, mesh.replica_count,
+                                                       mesh.replica_rank));
     return;
   }
   for (const auto& [name, p] : m.parameters_here()) {
     const std::string full = prefix.empty() ? name : prefix + "." + name;
     owner.push_back(std::make_unique<ShardedStorage>(full, std::vector<std::pair<std::string, Tensor>>{{full, p}},
-                                                     rank, world, seed));
+                                                     mesh.shard_rank, mesh.shard_size, seed, mesh.replica_count,
+                                                       mesh.replica_rank));
   }
-  for (const auto& [name, child] : m.children()) place(*child, prefix.empty() ? name : prefix + "." + name, owner, rank, world, seed);
+  for (const auto& [name, child] : m.children()) place(*child, prefix.empty() ? name : prefix + "." + name, owner, mesh, seed);
 }
 
 void collect(Module& m, std::vector<ShardedStorage*>& out) {
@@ -67,10 +69,9 @@ std::vector<std::int64_t> planned_storage_sizes(Module& model, int world_size) {
 void init_parameters(Module& model) {
   Context& ctx = context();
   // Each storage is sharded over the mesh's shard group (the world, without tensor parallelism or
-  // node sharding).
-  const Mesh& mesh = ctx.mesh();
+  // node sharding), and replicated over its replica group.
   std::vector<std::unique_ptr<ShardedStorage>> loose;
-  place(model, "", loose, mesh.shard_rank, mesh.shard_size, ctx.seed());
+  place(model, "", loose, ctx.mesh(), ctx.seed());
   if (loose.empty()) return;
   BMT_REQUIRE(model.sharding() == Module::Sharding::module_parameters,
               "init_parameters: parameters outside CheckpointBlocks (first: '" << loose.front()->name()

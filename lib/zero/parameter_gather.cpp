@@ -1,7 +1,8 @@
 // DistributedParameter::gather(): the full value of a parameter outside CheckpointBlocks, as a
-// differentiable op: forward all-gathers the shard, backward reduce-scatters the gradient into
-// the shard's gradient. Both run on the compute stream's communicator: the value is needed at once.
-// At one rank the shard is the value (or, held in f32, is rounded to it), and the gradient goes
+// differentiable op: forward all-gathers the shard on the compute stream's communicator (the value
+// is needed at once); backward reduce-scatters the gradient into the shard's gradient on the
+// scatter stream, as the block scheduler does, where the replica reduction of node sharding follows
+// it. At one rank the shard is the value (or, held in f32, is rounded to it), and the gradient goes
 // into the gradient shard.
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
@@ -40,8 +41,8 @@ class GatherParameter final : public autograd::Function {
     Context& ctx = context();
     Tensor full = Tensor::zeros({storage_.total()}, DType::f32);
     copy_into(full.slice(0, e.offset, e.offset + e.numel).view(param_.shape()), grads[0]);
-    storage_.reduce_gradient(full, ctx.shard_comm(), ctx.compute_stream(), Event());
-    // The host build reduces inline; on the device the compute stream orders the buffer's reuse.
+    // The storage keeps `full` alive until the reduction is done (settle() waits for it).
+    storage_.reduce_gradient(full, ctx.scatter_comm(), ctx.scatter_stream(), ctx.compute_stream().record());
     return {};
   }
 

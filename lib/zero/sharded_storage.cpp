@@ -57,10 +57,13 @@ std::int64_t ShardedStorage::planned_total(const std::vector<std::int64_t>& nume
 }
 
 ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std::string, Tensor>>& parameters,
-                               int rank, int world_size, std::uint64_t seed)
-    : name_(std::move(name)), rank_(rank), world_size_(world_size) {
+                               int rank, int world_size, std::uint64_t seed, int replicas, int replica_rank)
+    : name_(std::move(name)), rank_(rank), world_size_(world_size), replicas_(replicas), replica_rank_(replica_rank) {
   BMT_REQUIRE(world_size > 0 && rank >= 0 && rank < world_size,
               "ShardedStorage: expected 0 <= rank < world_size, found rank " << rank << " of " << world_size);
+  BMT_REQUIRE(replica_rank >= 0 && replica_rank < replicas,
+              "ShardedStorage: expected 0 <= replica_rank < replicas, found replica " << replica_rank << " of "
+                                                                                       << replicas);
   if (!parameters.empty()) dtype_ = parameters.front().second.dtype();
   const std::int64_t align = alignment_elements(dtype_);
   std::int64_t offset = 0;
@@ -125,6 +128,18 @@ ShardedStorage::Slice ShardedStorage::local_slice(const Entry& e) const {
   const std::int64_t hi = std::min(e.offset + e.numel, shard_begin() + shard_size_);
   if (hi <= lo) return {};
   return {lo - shard_begin(), lo - e.offset, hi - lo};
+}
+
+std::vector<Tensor> ShardedStorage::norm_parts(const Tensor& grad) const {
+  const Mesh& mesh = context().mesh();
+  if (mesh.tp_size == 1 || mesh.tp_rank == 0) return {grad};
+  std::vector<Tensor> parts;
+  for (const auto& e : entries_) {
+    if (!e.trainable || e.parameter.impl()->param->tp.replicated()) continue;
+    const Slice s = local_slice(e);
+    if (s.count > 0) parts.push_back(grad.slice(0, s.shard_offset, s.shard_offset + s.count));
+  }
+  return parts;
 }
 
 const Tensor& ShardedStorage::shard() const {
@@ -326,13 +341,23 @@ Event ShardedStorage::reduce_gradient(const Tensor& full_grad, Communicator& com
     target = incoming_;
     incoming_pending_ = true;
   }
+  Context& ctx = context();
+  BMT_REQUIRE(replicas_ == 1 || &stream == &ctx.scatter_stream(),
+              "ShardedStorage '" << name_ << "': expected the scatter stream for a reduction over "
+                                 << replicas_ << " replicas, found stream '" << stream.name() << "'");
   stream.wait(ready);
   stream.wait(gradient_read_);
-  if (compute_first) stream.wait(context().compute_stream().record());
+  if (compute_first) stream.wait(ctx.compute_stream().record());
+  const auto count = static_cast<std::size_t>(shard_size_);
   {
     timeline::Span span(stream, "reduce-scatter", name_);
-    comm.reduce_scatter(full_grad.data(), target.data(), static_cast<std::size_t>(shard_size_), DType::f32,
-                        ReduceOp::avg, stream);
+    comm.reduce_scatter(full_grad.data(), target.data(), count, DType::f32, ReduceOp::avg, stream);
+  }
+  if (replicas_ > 1) {
+    // Each replica averaged its shard group's gradients; the average of those averages over equal
+    // groups is the average over every data-parallel rank.
+    timeline::Span span(stream, "replica all-reduce", name_);
+    ctx.replica_comm().all_reduce(target.data(), target.data(), count, DType::f32, ReduceOp::avg, stream);
   }
   reduced_ = stream.record();
   reducing_ = full_grad;

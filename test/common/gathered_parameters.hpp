@@ -10,10 +10,11 @@
 
 namespace bmt_test {
 
-// Every rank's `shard` (the same size at each), concatenated in rank order, on the host.
+// Every shard-group rank's `shard` (the same size at each), concatenated in rank order, on the
+// host: the whole of a sharded tensor (the shard group is the world unless the mesh says otherwise).
 inline std::vector<float> all_gather(const bmt::Tensor& shard) {
-  bmt::Tensor full = bmt::Tensor::empty({shard.numel() * bmt::world_size()}, shard.dtype());
-  bmt::context().world_comm().all_gather(shard.data(), full.data(), static_cast<std::size_t>(shard.numel()),
+  bmt::Tensor full = bmt::Tensor::empty({shard.numel() * bmt::context().mesh().shard_size}, shard.dtype());
+  bmt::context().shard_comm().all_gather(shard.data(), full.data(), static_cast<std::size_t>(shard.numel()),
                                          shard.dtype(), bmt::context().compute_stream());
   bmt::context().compute_stream().synchronize();
   return full.to_host_floats();

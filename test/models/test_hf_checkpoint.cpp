@@ -92,7 +92,7 @@ std::map<std::string, std::vector<float>> gathered(bmt::Module& model) {
   std::map<std::string, std::vector<float>> out;
   for (auto* s : bmt::sharded_storages(model)) {
     bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
-    s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+    s->all_gather_into(full, bmt::context().shard_comm(), bmt::context().compute_stream());
     const auto v = full.to_host_floats();
     for (const auto& e : s->entries())
       out[e.name.substr(2)] = std::vector<float>(v.begin() + e.offset, v.begin() + e.offset + e.numel);

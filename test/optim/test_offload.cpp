@@ -135,7 +135,7 @@ struct Trainer {
     std::vector<float> out;
     for (auto* s : adamw.storages()) {
       bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
-      s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+      s->all_gather_into(full, bmt::context().shard_comm(), bmt::context().compute_stream());
       const auto v = full.to_host_floats();
       out.insert(out.end(), v.begin(), v.end());
     }
@@ -303,7 +303,8 @@ TEST(OffloadedAdamW, DeviceBytesAreTheValuesAndAFewGradientsInFlight) {
       bmt::optim::AdamW adamw(model, options);
       bmt::optim::MemoryPlan plan;
       for (auto* s : adamw.storages()) plan.parameters += s->total();  // padding included: it is kept too
-      plan.world_size = bmt::world_size();
+      plan.world_size = bmt::context().mesh().shard_size;
+      plan.replicas = bmt::context().mesh().replica_count;
       plan.dtype = dtype;
       plan.moments = moments;
       plan.offload = true;

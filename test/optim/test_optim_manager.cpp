@@ -39,7 +39,7 @@ std::vector<float> all_values(bmt::Module& m) {
   std::vector<float> out;
   for (auto* s : bmt::sharded_storages(m)) {
     bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
-    s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+    s->all_gather_into(full, bmt::context().shard_comm(), bmt::context().compute_stream());
     for (float v : full.to_host_floats()) out.push_back(v);
   }
   return out;
@@ -50,7 +50,7 @@ std::vector<float> all_grads(bmt::Module& m) {
   for (auto* s : bmt::sharded_storages(m)) {
     s->settle();
     bmt::Tensor full = bmt::Tensor::empty({s->total()}, bmt::DType::f32);
-    bmt::context().world_comm().all_gather(s->grad_shard().data(), full.data(),
+    bmt::context().shard_comm().all_gather(s->grad_shard().data(), full.data(),
                                            static_cast<std::size_t>(s->shard_size()), bmt::DType::f32,
                                            bmt::context().compute_stream());
     for (float v : full.to_host_floats()) out.push_back(v);

@@ -212,7 +212,8 @@ TEST(AdamW, ResidentMemoryIsTheEstimate) {
       bmt::optim::MemoryPlan plan;
       for (auto& [n, p] : model.named_parameters()) plan.parameters += p.numel();
       plan.largest_block = model.blocks[0].storage().total();
-      plan.world_size = bmt::world_size();
+      plan.world_size = bmt::context().mesh().shard_size;
+      plan.replicas = bmt::context().mesh().replica_count;
       plan.dtype = dtype;
       plan.moments = moments;
       plan.prefetch = 1;

@@ -65,7 +65,7 @@ TrainingRun train(const std::string& arch, bmt::CheckpointOptions checkpoint, in
   }
   for (auto* s : bmt::sharded_storages(model)) {
     bmt::Tensor full = bmt::Tensor::empty({s->total()}, s->dtype());
-    s->all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+    s->all_gather_into(full, bmt::context().shard_comm(), bmt::context().compute_stream());
     const auto v = full.to_host_floats();
     for (const auto& e : s->entries()) run.params.insert(run.params.end(), v.begin() + e.offset, v.begin() + e.offset + e.numel);
   }

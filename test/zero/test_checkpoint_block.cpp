@@ -156,7 +156,7 @@ TEST(DistributedParameterGather, OneRankUsesTheShardItself) {
   ASSERT_NE(storage, nullptr);
   storage->zero_grad();
   const bmt::Tensor value = model.scale.gather();
-  EXPECT_EQ(value.data() == storage->shard().data(), bmt::world_size() == 1);
+  EXPECT_EQ(value.data() == storage->shard().data(), bmt::context().mesh().shard_size == 1);
   bmt::sum(bmt::mul(value, bmt::Tensor::from_floats(std::vector<float>(kD, 2.0f), {kD}))).backward();
   storage->settle();
   const auto g = all_gather(storage->grad_shard());
@@ -532,7 +532,7 @@ TEST(CheckpointBlock, BlocksLaidOutDifferentlyShareTheGradientBuffers) {
 TEST(PlannedStorageSizes, AreWhatInitParametersAllocates) {
   for (bool list : {true, false}) {
     Model planned(3, 1, {}, list);
-    const auto sizes = bmt::planned_storage_sizes(planned, bmt::world_size());
+    const auto sizes = bmt::planned_storage_sizes(planned, bmt::context().mesh().shard_size);
     EXPECT_TRUE(bmt::sharded_storages(planned).empty()) << "planning allocated storages";
     Model model(3, 1, {}, list);
     bmt::init_parameters(model);

@@ -13,10 +13,17 @@
 
 namespace {
 
+// A storage placed on this rank as init_parameters places it: sharded over the mesh's shard group,
+// replicated over its replica group.
+bmt::ShardedStorage placed(const std::vector<std::pair<std::string, bmt::Tensor>>& parameters, std::uint64_t seed) {
+  const bmt::Mesh& m = bmt::context().mesh();
+  return bmt::ShardedStorage("s", parameters, m.shard_rank, m.shard_size, seed, m.replica_count, m.replica_rank);
+}
+
 // Gathered values of a storage (every rank gets the whole flat buffer).
 std::vector<float> gathered(bmt::ShardedStorage& s) {
   bmt::Tensor full = bmt::Tensor::empty({s.total()}, s.dtype());
-  s.all_gather_into(full, bmt::context().world_comm(), bmt::context().compute_stream());
+  s.all_gather_into(full, bmt::context().shard_comm(), bmt::context().compute_stream());
   bmt::context().compute_stream().synchronize();
   return full.to_host_floats();
 }
@@ -25,8 +32,8 @@ std::vector<float> gathered(bmt::ShardedStorage& s) {
 
 TEST(ShardedStorage, LayoutIsAlignedPaddedAndEven) {
   bmt::DistributedParameter a({3, 5}), b({7}), c({1});
-  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}, {"c", c}}, bmt::rank(), bmt::world_size(), 1);
-  const int n = bmt::world_size();
+  bmt::ShardedStorage s = placed({{"a", a}, {"b", b}, {"c", c}}, 1);
+  const int n = bmt::context().mesh().shard_size;
   EXPECT_EQ(s.total() % n, 0);
   EXPECT_EQ(s.shard_size() * n, s.total());
   EXPECT_EQ(s.parameter_count(), 15 + 7 + 1);
@@ -39,7 +46,7 @@ TEST(ShardedStorage, InitializationDoesNotDependOnWorldSize) {
   // single-rank storage built on every rank.
   bmt::DistributedParameter a({33, 17}, bmt::DType::f32, bmt::init::normal(0.5f)),
       b({101}, bmt::DType::f32, bmt::init::uniform(-2.0f, 3.0f)), c({5}, bmt::DType::f32, bmt::init::ones());
-  bmt::ShardedStorage s("s", {{"x.a", a}, {"x.b", b}, {"x.c", c}}, bmt::rank(), bmt::world_size(), 7);
+  bmt::ShardedStorage s = placed({{"x.a", a}, {"x.b", b}, {"x.c", c}}, 7);
   bmt::DistributedParameter a1({33, 17}, bmt::DType::f32, bmt::init::normal(0.5f)),
       b1({101}, bmt::DType::f32, bmt::init::uniform(-2.0f, 3.0f)), c1({5}, bmt::DType::f32, bmt::init::ones());
   bmt::ShardedStorage one("one", {{"x.a", a1}, {"x.b", b1}, {"x.c", c1}}, 0, 1, 7);
@@ -66,10 +73,11 @@ TEST(ShardedStorage, InitializationDoesNotDependOnWorldSize) {
 
 TEST(ShardedStorage, ReduceGradientAveragesAndAccumulates) {
   bmt::DistributedParameter a({10}), b({6});
-  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}}, bmt::rank(), bmt::world_size(), 1);
+  bmt::ShardedStorage s = placed({{"a", a}, {"b", b}}, 1);
   auto& ctx = bmt::context();
   const int n = bmt::world_size();
-  // Rank r contributes (r + 1) * (i + 1) at flat index i: the average is (n + 1) / 2 * (i + 1).
+  // Rank r contributes (r + 1) * (i + 1) at flat index i: the average over every rank is
+  // (n + 1) / 2 * (i + 1), under node sharding too (the shard group's average, then the replicas').
   std::vector<float> g(static_cast<std::size_t>(s.total()));
   for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((bmt::rank() + 1) * (i + 1));
   bmt::Tensor full = bmt::Tensor::from_floats(g, {s.total()});
@@ -91,13 +99,13 @@ TEST(ShardedStorage, ReduceGradientAveragesAndAccumulates) {
 // unbind_grads zeroes the parts no gradient reached, so the buffer can be reduced as it is.
 TEST(ShardedStorage, UnreachedPartsOfALentBufferAreZeroedAtUnbind) {
   bmt::DistributedParameter a({10}), b({6});
-  bmt::ShardedStorage s("s", {{"a", a}, {"b", b}}, bmt::rank(), bmt::world_size(), 1);
+  bmt::ShardedStorage s = placed({{"a", a}, {"b", b}}, 1);
   std::vector<float> init(static_cast<std::size_t>(s.total()), 0.0f);
   for (const auto& e : s.entries())
     for (std::int64_t k = 0; k < e.numel; ++k) init[e.offset + k] = std::nanf("");
   bmt::Tensor buffer = bmt::Tensor::from_floats(init, {s.total()});
   bmt::Tensor values = bmt::Tensor::empty({s.total()});
-  s.all_gather_into(values, bmt::context().world_comm(), bmt::context().compute_stream());
+  s.all_gather_into(values, bmt::context().shard_comm(), bmt::context().compute_stream());
   s.bind(values);
   s.bind_grads(buffer);
   bmt::mul(a, bmt::full({10}, 3.0f)).backward(bmt::full({10}, 2.0f));  // b gets no gradient

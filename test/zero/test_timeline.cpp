@@ -168,19 +168,28 @@ TEST(Timeline, StepOfABlockListIsTracedPerStreamAndRank) {
         ASSERT_EQ(prev.size(), 1u);
         EXPECT_GE(forward[0].ts + tol, prev[0].ts + prev[0].dur) << "forward of " << block << " overlaps the previous";
       }
-      if (n == 1) {
+      const bmt::Mesh& mesh = bmt::context().mesh();
+      const auto replica = only("replica all-reduce " + block, "scatter");
+      if (mesh.shard_size == 1 && mesh.replica_count == 1) {
         // One rank gathers nothing (the shard is the whole block) and reduces nothing (backward
         // adds into the gradient shard).
         EXPECT_TRUE(gathers.empty()) << block;
         EXPECT_TRUE(scatter.empty()) << block;
         continue;
       }
-      ASSERT_EQ(gathers.size(), 2u) << block << ": one gather in forward, one in backward (rank " << r << ")";
+      if (mesh.shard_size == 1) {  // the shard is the whole block; its gradient still goes to the replicas
+        EXPECT_TRUE(gathers.empty()) << block;
+      } else {
+        ASSERT_EQ(gathers.size(), 2u) << block << ": one gather in forward, one in backward (rank " << r << ")";
+        EXPECT_GE(forward[0].ts + tol, gathers[0].ts + gathers[0].dur) << block << ": forward before its gather ended";
+        EXPECT_GE(recompute[0].ts + tol, gathers[1].ts + gathers[1].dur) << block << ": recompute before its gather ended";
+      }
       ASSERT_EQ(scatter.size(), 1u) << block;
       EXPECT_EQ(scatter[0].category, "reduce-scatter");
-      EXPECT_GE(forward[0].ts + tol, gathers[0].ts + gathers[0].dur) << block << ": forward before its gather ended";
-      EXPECT_GE(recompute[0].ts + tol, gathers[1].ts + gathers[1].dur) << block << ": recompute before its gather ended";
       EXPECT_GE(scatter[0].ts + tol, backward[0].ts + backward[0].dur) << block << ": reduce-scatter before backward ended";
+      ASSERT_EQ(replica.size(), mesh.replica_count > 1 ? 1u : 0u) << block;
+      if (!replica.empty())
+        EXPECT_GE(replica[0].ts + tol, scatter[0].ts + scatter[0].dur) << block << ": replica all-reduce before reduce-scatter";
     }
     ASSERT_EQ(by_name["optimizer step"].size(), 1u);
     EXPECT_EQ(by_name["optimizer step"][0].track, "compute");

@@ -29,7 +29,9 @@ namespace bmt::optim {
 struct MemoryPlan {
   std::int64_t parameters = 0;     // every parameter of the model
   std::int64_t largest_block = 0;  // elements of the largest CheckpointBlock (ShardedStorage::total())
-  int world_size = 1;
+  int world_size = 1;              // the ranks sharing each parameter: the shard group's
+  int replicas = 1;                // copies of the shards (node sharding's nodes): with more than
+                                   // one, gradients are reduced even where world_size is 1
   DType dtype = DType::f32;        // the parameters' dtype
   DType moments = DType::f32;      // AdamWOptions::moments: f32 or bf16
   bool offload = false;            // AdamWOptions::offload

@@ -60,9 +60,8 @@ class Optimizer {
   // Waits for gradient reductions in flight and folds accumulated ones in.
   void settle();
   const std::vector<ShardedStorage*>& storages() const { return storages_; }
-  std::vector<Tensor> gradient_shards() const;
   // What this rank's gradients contribute to the squared global norm: the tensors whose squares
-  // are still to be summed go into `tensors` (by default every gradient shard), and a sum of squares
+  // are still to be summed go into `tensors` (by default every gradient shard's norm_parts), and a sum of squares
   // taken already (an f32 scalar on the device, from gradients no longer on the device: the
   // offloaded AdamW's) is returned, or an undefined tensor.
   virtual Tensor gradient_sum_squares(std::vector<Tensor>& tensors);

@@ -1,10 +1,12 @@
 #pragma once
 // ShardedStorage: the ZeRO-3 home of a group of parameters (one CheckpointBlock's, or one
 // parameter outside blocks). The parameters are packed into one flat buffer, each at an offset
-// aligned to kAllocationAlignment bytes, the total padded to a multiple of the world size; rank r
-// owns the contiguous slice [r*S, (r+1)*S). The rank keeps only that slice of the values (in the
-// parameters' dtype, or in f32 once an optimizer's master weights serve as the values) and of the
-// gradient (in f32); full values exist only while gathered.
+// aligned to kAllocationAlignment bytes, the total padded to a multiple of the shard group's size;
+// rank r of the shard group owns the contiguous slice [r*S, (r+1)*S). The rank keeps only that slice
+// of the values (in the parameters' dtype, or in f32 once an optimizer's master weights serve as the
+// values) and of the gradient (in f32); full values exist only while gathered. Under node sharding
+// every node holds a replica of the shards: rank r of each node's shard group holds the same slice,
+// and the gradient is averaged over the replicas too (reduce_gradient).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,9 +34,11 @@ class ShardedStorage {
 
   // Packs `parameters` (all of one dtype) and initializes this rank's shard with each parameter's
   // initializer, keyed by seed and dotted name, so the gathered values do not depend on the world
-  // size.
+  // size. `rank` and `world_size` are the shard group's; `replicas` counts the shard groups holding
+  // copies of these shards (the mesh's replica_count; 1 but under node sharding) and `replica_rank`
+  // says which copy this rank's is.
   ShardedStorage(std::string name, const std::vector<std::pair<std::string, Tensor>>& parameters,
-                 int rank, int world_size, std::uint64_t seed);
+                 int rank, int world_size, std::uint64_t seed, int replicas = 1, int replica_rank = 0);
   ~ShardedStorage();
   ShardedStorage(const ShardedStorage&) = delete;
   ShardedStorage& operator=(const ShardedStorage&) = delete;
@@ -50,6 +54,7 @@ class ShardedStorage {
   static std::int64_t planned_total(const std::vector<std::int64_t>& numels, DType dtype, int world_size);
   std::int64_t shard_size() const { return shard_size_; }
   std::int64_t shard_begin() const { return rank_ * shard_size_; }
+  int replicas() const { return replicas_; }
   std::int64_t parameter_count() const;               // sum of numel over the entries
   const std::vector<Entry>& entries() const { return entries_; }
   bool has_trainable() const;
@@ -69,13 +74,14 @@ class ShardedStorage {
   // changes for f32 parameters or when the values are held so already.
   void hold_values_in_f32();
 
-  // One rank holds every parameter (a world of one): the shard is the whole flat buffer (usable as
-  // the gathered values as it is where held in dtype()), and a backward can put its gradients
-  // straight into the gradient shard (bind_own_grads, accumulate_grad) with nothing to reduce.
-  bool whole() const { return world_size_ == 1; }
-  // The shard is the gathered values as it is: one rank, holding its values in dtype(). Otherwise
-  // a gather (all_gather_into) makes them, rounding from f32 where the values are held so.
-  bool shard_is_gathered() const { return whole() && shard_.dtype() == dtype_; }
+  // One rank holds every parameter and no other holds a copy (a world of one): the shard is the
+  // whole flat buffer, and a backward can put its gradients straight into the gradient shard
+  // (bind_own_grads, accumulate_grad) with nothing to reduce. A shard group of one with replicas
+  // is not whole: its gradients still go through reduce_gradient, for the replicas' average.
+  bool whole() const { return world_size_ == 1 && replicas_ == 1; }
+  // The shard is the gathered values as it is: a shard group of one, holding its values in dtype().
+  // Otherwise a gather (all_gather_into) makes them, rounding from f32 where the values are held so.
+  bool shard_is_gathered() const { return world_size_ == 1 && shard_.dtype() == dtype_; }
   // For a whole storage: points every trainable parameter's .grad at its place in the gradient
   // shard, in place of a buffer to reduce (parts that hold no values since zero_grad are bound so,
   // to be written over). The shard holds gradients from then on, as after reduce_gradient.
@@ -102,9 +108,12 @@ class ShardedStorage {
   const std::vector<std::int64_t>& grad_layout() const { return grad_layout_; }
 
   // Reduces `full_grad` (f32, total()) over ranks (average) into this rank's gradient shard,
-  // adding to what is there, queued on `stream` after `ready`. Returns an event for when
-  // `full_grad` may be reused; the storage keeps it alive until then. Call settle() before
-  // reading grad_shard().
+  // adding to what is there, queued on `stream` after `ready`: a reduce-scatter over `comm` (the
+  // shard group), then, with replicas, an all-reduce of the shard over the replica group, so the
+  // shard holds the average over every data-parallel rank. The replica group's communicator is the
+  // scatter stream's (Context::replica_comm), so with replicas `stream` must be the scatter stream.
+  // Returns an event for when `full_grad` may be reused; the storage keeps it alive until then.
+  // Call settle() before reading grad_shard().
   Event reduce_gradient(const Tensor& full_grad, Communicator& comm, Stream& stream, const Event& ready);
   // Makes the compute stream wait for reductions in flight and folds them into the gradient shard.
   void settle();
@@ -140,6 +149,12 @@ class ShardedStorage {
   // copy taken at one version is out of date at another.
   std::uint64_t gradient_version() const { return gradient_version_; }
 
+  // The parts of `grad` (a gradient shard of this storage) that this rank counts in the global
+  // gradient norm: all of it, but on tensor-parallel ranks other than 0 only the parameters split
+  // over the tensor-parallel group: a replicated parameter's gradient is the same on every rank of
+  // the group, and tensor-parallel rank 0 counts it once.
+  std::vector<Tensor> norm_parts(const Tensor& grad) const;
+
   // Elements [first, first+count) of entry `e` that lie in this rank's shard, as a view of `t`
   // (a shard-sized tensor) and the index of its first element within the parameter.
   struct Slice {
@@ -148,6 +163,9 @@ class ShardedStorage {
     std::int64_t count = 0;
   };
   Slice local_slice(const Entry& e) const;
+  // The part of local_slice(e) this rank writes to a checkpoint: all of it on the first replica,
+  // nothing on the others, which hold the same values, so that one rank writes each element.
+  Slice checkpoint_slice(const Entry& e) const { return replica_rank_ == 0 ? local_slice(e) : Slice{}; }
 
  private:
   // grad_shard_ as it is; allocated on first use, standing for zeros (stale, or its parts unwritten)
@@ -160,6 +178,8 @@ class ShardedStorage {
   DType dtype_ = DType::f32;
   int rank_ = 0;
   int world_size_ = 1;
+  int replicas_ = 1;
+  int replica_rank_ = 0;
   std::int64_t total_ = 0;
   std::int64_t shard_size_ = 0;
   std::vector<Entry> entries_;
