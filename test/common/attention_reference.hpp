@@ -133,7 +133,7 @@ inline std::string expected_tensor_core_kernel(std::int64_t D) {
   int device = 0, major = 0;
   if (cudaGetDevice(&device) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9 &&
-      D == 64 && !bmt::environment().attention_no_wgmma)
+      (D == 64 || D == 128) && !bmt::environment().attention_no_wgmma)
     return "wgmma";
 #else
   (void)D;

@@ -259,9 +259,11 @@ TEST(Attention, TensorCoreShapes) {
   const Case cases[] = {{{1, 2, 64, 64, 64}, true},    {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
                         {{1, 1, 300, 300, 64}, true},  {{1, 1, 70, 200, 64}, true},  {{1, 1, 70, 200, 128}, true},
                         {{1, 1, 1, 65, 128}, true},    {{2, 2, 129, 129, 128}, false},
+                        {{1, 2, 300, 300, 128}, true}, {{1, 2, 37, 130, 128}, false},
                         // grouped-query attention: dK/dV walk the query tiles of 2, 4 or 8 heads
                         {{2, 4, 100, 100, 64, 2}, true}, {{1, 8, 70, 200, 64, 1}, true},
-                        {{1, 4, 129, 129, 128, 2}, false}, {{2, 6, 65, 65, 128, 3}, true}};
+                        {{1, 4, 129, 129, 128, 2}, false}, {{2, 6, 65, 65, 128, 3}, true},
+                        {{2, 8, 100, 100, 128, 2}, true}};
   std::uint32_t seed = 600;
   for (DType dt : {DType::bf16, DType::f16}) {
     const double tol = dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
