@@ -33,9 +33,10 @@ namespace {
 // mask zeroes it instead.
 //
 // Registers at D = 128: O is 64 f32 a thread; dK/dV holds two such accumulators beside S^T and
-// dP^T (32 each), about 200 in all, within the 255 a thread of a 128-thread block may have. Shared
-// memory sets the occupancy there: 16 KiB a tile, five (forward) or six (backward) tiles a block,
-// so two blocks a multiprocessor.
+// dP^T (32 each) and their 16-bit copies as A operands, nearly all of the 255 registers a thread
+// of a 128-thread block may have, so the block stays one warpgroup. Shared memory sets the
+// occupancy there: 16 KiB a tile, five (forward) or six (backward) tiles a block, so two blocks a
+// multiprocessor.
 
 constexpr float kLazyRescale = 8.0f;               // see the forward's softmax
 constexpr int kPanelBytes = kWgTile * 128;         // 64 rows of one 128-byte swizzle row each
