@@ -12,7 +12,7 @@
 // back into the next product as its A operand without a trip through memory. Under a causal mask
 // a warp skips tiles it cannot see. Memory stays linear in T.
 //
-// On Hopper a 64-wide head runs on the warpgroup MMA instead (attention_wgmma_cuda.cpp, the only
+// On Hopper both head sizes run on the warpgroup MMA instead (attention_wgmma_cuda.cpp, the only
 // file compiled for sm_90a), when the device runs that code (wgmma_available).
 //
 // Grouped-query attention (k and v with h / group heads): the kernels over query rows read the
@@ -551,9 +551,9 @@ void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  const Tensor& lse) {
   const Problem p = problem(q, k, causal, scale);
   const unsigned bh = static_cast<unsigned>(q.size(0) * q.size(1));
-  if constexpr (D == kWgTile) {
-    if (wgmma_available()) return launch_forward_wgmma<E>(p, bh, rows(q), rows(k), rows(v), rows(out),
-                                                          lse.data_as<float>());
+  if constexpr (wgmma_head(D)) {
+    if (wgmma_available()) return launch_forward_wgmma<E, D>(p, bh, rows(q), rows(k), rows(v), rows(out),
+                                                             lse.data_as<float>());
   }
   launch_forward<E, D, Tiling<D>::forward.m, Tiling<D>::forward.n>(p, bh, rows(q), rows(k), rows(v), rows(out),
                                                                    lse.data_as<float>());
@@ -573,10 +573,10 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   BMT_CUDA_CHECK(cudaGetLastError());
   const float* ls = lse.data_as<float>();
   const float* dl = delta.data_as<float>();
-  if constexpr (D == kWgTile) {
+  if constexpr (wgmma_head(D)) {
     if (wgmma_available())
-      return launch_backward_wgmma<E>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl, rows(dq), rows(dk),
-                                      rows(dv));
+      return launch_backward_wgmma<E, D>(p, bh, rows(q), rows(k), rows(v), rows(dout), ls, dl, rows(dq), rows(dk),
+                                         rows(dv));
   }
   launch_backward_kv<E, D, Tiling<D>::dkdv.m, Tiling<D>::dkdv.n, Tiling<D>::keep_kv>(p, bh, rows(q), rows(k), rows(v),
                                                                                 rows(dout), ls, dl, rows(dk), rows(dv));
@@ -610,7 +610,7 @@ bool attention_uses_tensor_cores(const Tensor& q, const Tensor& k, const Tensor&
 
 const char* attention_kernel_name(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!applies({&q, &k, &v})) return "portable";
-  return q.size(3) == kWgTile && wgmma_available() ? "wgmma" : "mma.sync";
+  return wgmma_head(static_cast<int>(q.size(3))) && wgmma_available() ? "wgmma" : "mma.sync";
 }
 
 bool seam::tensor_core_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,

@@ -1,7 +1,7 @@
 #pragma once
 // What the two files of the CUDA attention share: attention_cuda.cpp (the mma.sync kernels, the
 // dispatch and the seam's entry points) and attention_wgmma_cuda.cpp (the warpgroup-MMA kernels of
-// a 64-wide head, the only code compiled for sm_90a: see lib/CMakeLists.txt). The problem's
+// a 64- or 128-wide head, the only code compiled for sm_90a: see lib/CMakeLists.txt). The problem's
 // description, the cp.async copies and the tile walk, the per-warp accumulator layout and the
 // masks, and the wgmma kernels' entry points. Only CUDA translation units include it.
 #include <cuda_bf16.h>
@@ -233,17 +233,20 @@ void allow_shared_memory(Kernel kernel, std::size_t bytes) {
   BMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// ---- The wgmma kernels (attention_wgmma_cuda.cpp), for a 64-wide head ------------------------
+// ---- The wgmma kernels (attention_wgmma_cuda.cpp), for a 64- or 128-wide head ---------------
 
-constexpr int kWgTile = 64;  // queries per block, keys per tile, head size
+constexpr int kWgTile = 64;  // queries per block, keys per tile
+
+// The head sizes the wgmma kernels take.
+__host__ __device__ constexpr bool wgmma_head(int d) { return d == 64 || d == 128; }
 
 // Whether the device runs the sm_90a code of attention_wgmma_cuda.cpp. Asked once, with one wait.
 bool wgmma_available();
 
-// E is __nv_bfloat16 or __half. bh: B * h query heads.
-template <class E>
+// E is __nv_bfloat16 or __half, D 64 or 128 (wgmma_head). bh: B * h query heads.
+template <class E, int D>
 void launch_forward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows out, float* lse);
-template <class E>
+template <class E, int D>
 void launch_backward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows dout, const float* lse,
                            const float* delta, Rows dq, Rows dk, Rows dv);
 

@@ -1,5 +1,5 @@
-// The attention kernels of a 64-wide head on Hopper's warpgroup MMA (wgmma, sm_90a): forward,
-// dK/dV and dQ, with the math and the per-warp register layouts of the mma.sync kernels in
+// The attention kernels of a 64- or 128-wide head on Hopper's warpgroup MMA (wgmma, sm_90a):
+// forward, dK/dV and dQ, with the math and the per-warp register layouts of the mma.sync kernels in
 // attention_cuda.cpp, which picks these when wgmma_available() says the device runs this file's
 // sm_90a code. The build compiles this file, and only this one, for sm_90a too
 // (lib/CMakeLists.txt), so the rest of the library keeps its plain sm_90 code.
@@ -18,43 +18,62 @@ namespace bmt::kernels::attention_tiles {
 
 namespace {
 
-// The block's 4 warps are one warpgroup; it owns 64 queries and walks over
-// 64-key tiles. S = Q K^T is 4 wgmma.m64n64k16 reading Q and K from shared memory through matrix
-// descriptors; O += P V is 4 more with P from registers and V read transposed (its rows are keys,
-// the MMA's K dimension). Tiles are stored unpadded in the 128-byte swizzle the descriptors name:
-// 16-byte chunk c of row r sits at chunk c ^ (r % 8), so a 64-element row is one swizzle row and
-// 8 rows one 1024-byte atom. wgmma's accumulator gives warp w rows 16 w .. 16 w + 15 in the same
-// per-warp layout as mma.sync (Acc<1, 64>), and its register A operand is mma.sync's, so the
-// softmax and the packing of P are the mma.sync kernels'. wgmma is issued by the whole warpgroup,
-// so a warp cannot skip a tile its rows do not see: the mask zeroes it instead.
+// The block's 4 warps are one warpgroup; it owns 64 queries and walks over 64-key tiles, for a
+// head of D = 64 or 128. S = Q K^T is D / 16 wgmma.m64n64k16 reading Q and K from shared memory
+// through matrix descriptors; O += P V is 4 per 64 columns of the head, with P from registers and
+// V read transposed (its rows are keys, the MMA's K dimension). Tiles are stored unpadded in the
+// 128-byte swizzle the descriptors name: a tile is D / 64 panels of 64 rows by 64 columns (128
+// bytes, one swizzle row), panel after panel, and 16-byte chunk c of a panel's row r sits at chunk
+// c ^ (r % 8), 8 rows making one 1024-byte atom. Q K^T's K steps walk along a panel's row, then to
+// the next panel; P V runs one n = 64 product per panel of V into the matching 64 columns of O,
+// since a panel is exactly the B operand the D = 64 kernels describe. wgmma's accumulator gives
+// warp w rows 16 w .. 16 w + 15 in the same per-warp layout as mma.sync (Acc<1, N>), and its
+// register A operand is mma.sync's, so the softmax and the packing of P are the mma.sync kernels'.
+// wgmma is issued by the whole warpgroup, so a warp cannot skip a tile its rows do not see: the
+// mask zeroes it instead.
+//
+// Registers at D = 128: O is 64 f32 a thread; dK/dV holds two such accumulators beside S^T and
+// dP^T (32 each) and their 16-bit copies as A operands, nearly all of the 255 registers a thread
+// of a 128-thread block may have, so the block stays one warpgroup. Shared memory sets the
+// occupancy there: 16 KiB a tile, five (forward) or six (backward) tiles a block, so two blocks a
+// multiprocessor.
 
-constexpr float kLazyRescale = 8.0f;                 // see the forward's softmax
-constexpr int kWgTileBytes = kWgTile * kWgTile * 2;  // one 64 x 64 tile of 2-byte elements
-// Five forward blocks fit a multiprocessor's shared memory; holding the registers to 96 a thread
-// keeps five there too (at 98, four).
-constexpr int kWgForwardBlocks = 5;
+constexpr float kLazyRescale = 8.0f;               // see the forward's softmax
+constexpr int kPanelBytes = kWgTile * 128;         // 64 rows of one 128-byte swizzle row each
+template <int D>
+constexpr int kTileBytes = kWgTile * D * 2;        // 64 rows of a D-wide head, 2-byte elements
+// Blocks a multiprocessor holds. D = 64: five fit its shared memory; holding the registers to 96
+// a thread keeps five there too (at 98, four). D = 128: two fit its shared memory, which leaves
+// each thread all 255 registers.
+template <int D>
+constexpr int kForwardBlocks = D == 64 ? 5 : 2;
 
-// Starts copying rows [row0, row0 + 64) of a [rows, 64] tensor into a swizzled tile (zeros past `rows`).
-template <class E>
+// Starts copying rows [row0, row0 + 64) of a [rows, D] tensor into a swizzled tile of D / 64
+// panels (zeros past `rows`).
+template <class E, int D>
 __device__ inline void copy_tile_swizzled_async(unsigned char* tile, const E* base, long long st, int row0,
                                                 int rows) {
-  const int chunk = threadIdx.x % 8, r0 = threadIdx.x / 8;  // 128 threads: 16 rows of 8 chunks per pass
-  // One 64-bit multiply a call, each pass 16 rows further: the compiler does not strength-reduce a
-  // multiply per pass under the select below, and these copies run for every tile.
-  const E* src = base + static_cast<long long>(row0 + r0) * st + chunk * 8;
-  const long long pass_stride = 16 * st;
+  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;  // 16-byte chunks of a row
+  static_assert(kThreads % kChunks == 0 && kWgTile % kRowsPerPass == 0, "whole rows per pass");
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  const int chunk = c % 8;
+  unsigned char* panel = tile + (c / 8) * kPanelBytes;
+  // One 64-bit multiply a call, each pass kRowsPerPass rows further: the compiler does not
+  // strength-reduce a multiply per pass under the select below, and these copies run for every tile.
+  const E* src = base + static_cast<long long>(row0 + r0) * st + c * 8;
+  const long long pass_stride = kRowsPerPass * st;
 #pragma unroll
-  for (int pass = 0; pass < kWgTile / 16; ++pass, src += pass_stride) {
-    const int r = r0 + 16 * pass;
+  for (int pass = 0; pass < kWgTile / kRowsPerPass; ++pass, src += pass_stride) {
+    const int r = r0 + kRowsPerPass * pass;
     const bool valid = row0 + r < rows;
-    copy16_async(tile + r * 128 + ((chunk ^ (r % 8)) << 4), valid ? src : base, valid);
+    copy16_async(panel + r * 128 + ((chunk ^ (r % 8)) << 4), valid ? src : base, valid);
   }
 }
 
-// Matrix descriptor of a swizzled tile: start address / 16, the 1024-byte stride between 8-row
+// Matrix descriptor of a swizzled panel: start address / 16, the 1024-byte stride between 8-row
 // groups, 128-byte swizzle (mode 1 in bits 62-63). The leading byte offset is unused with this
 // swizzle when a row is one swizzle row. Adding 2 moves the start 32 bytes: 16 elements further
-// along a row (the next K step of a K-major tile).
+// along a row (the next K step of a K-major panel); adding kPanelBytes / 16, the next panel.
 __device__ inline std::uint64_t tile_descriptor(const unsigned char* tile) {
   const std::uint32_t at = static_cast<std::uint32_t>(__cvta_generic_to_shared(tile));
   return ((at & 0x3FFFFu) >> 4) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
@@ -75,9 +94,10 @@ __device__ inline void wgmma_wait_all() { BMT_SM90A(asm volatile("wgmma.wait_gro
 
 // wgmma reads and writes its registers asynchronously: after the wait, these empty statements
 // keep the compiler from moving uses of them above it (or reusing them before it).
-__device__ inline void hold(Acc<1, 64>& acc) {
+template <int SLICES>  // 8-column slices: an Acc<1, 8 SLICES>
+__device__ inline void hold(float (&acc)[1][SLICES][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < SLICES; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[0][n][e])::"memory");
 }
@@ -98,11 +118,10 @@ __device__ inline void hold(std::uint32_t (&r)[4][4]) {
       "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
-// acc (+)= A B^T, m64 n64 k16: A and B K-major tiles in shared memory. `accumulate` 0 overwrites.
+// d (+)= A B^T, m64 n64 k16: A and B K-major panels in shared memory. `accumulate` 0 overwrites.
 template <class E>
-__device__ inline void wgmma_ss(Acc<1, 64>& acc, std::uint64_t a, std::uint64_t b, int accumulate) {
+__device__ inline void wgmma_ss(float (&d)[8][4], std::uint64_t a, std::uint64_t b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  float(&d)[8][4] = acc[0];
   if constexpr (std::is_same_v<E, __nv_bfloat16>)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -118,12 +137,11 @@ __device__ inline void wgmma_ss(Acc<1, 64>& acc, std::uint64_t a, std::uint64_t 
 #endif
 }
 
-// acc += A B, m64 n64 k16: A from registers (mma.sync's A layout per warp), B a tile in shared
+// d += A B, m64 n64 k16: A from registers (mma.sync's A layout per warp), B a panel in shared
 // memory whose rows run along K (transposed, "MN-major").
 template <class E>
-__device__ inline void wgmma_rs_transposed_b(Acc<1, 64>& acc, const std::uint32_t (&a)[4], std::uint64_t b) {
+__device__ inline void wgmma_rs_transposed_b(float (&d)[8][4], const std::uint32_t (&a)[4], std::uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  float(&d)[8][4] = acc[0];
   if constexpr (std::is_same_v<E, __nv_bfloat16>)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " BMT_WG_ACC
                  ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
@@ -152,19 +170,29 @@ __device__ inline void pack_a(std::uint32_t (&a)[4][4], const Acc<1, kWgTile>& p
   }
 }
 
-// acc (+)= A B^T over the 64-wide head: A and B swizzled K-major tiles (rows, 64).
-template <class E>
+// acc = A B^T over a D-wide head: A and B swizzled K-major tiles (64 rows, D), K steps of 16
+// along each panel in turn.
+template <class E, int D>
 __device__ inline void wgmma_tile_nt(Acc<1, kWgTile>& acc, const unsigned char* a, const unsigned char* b) {
   const std::uint64_t ad = tile_descriptor(a), bd = tile_descriptor(b);
 #pragma unroll
-  for (int kk = 0; kk < kWgTile / 16; ++kk) wgmma_ss<E>(acc, ad + 2 * kk, bd + 2 * kk, kk > 0);
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const std::uint64_t step = (kk / 4) * (kPanelBytes >> 4) + 2 * (kk % 4);
+    wgmma_ss<E>(acc[0], ad + step, bd + step, kk > 0);
+  }
 }
 
-// acc += A B: A 64 x 64 in registers (pack_a), B a swizzled tile whose rows run along K.
-template <class E>
-__device__ inline void wgmma_tile_nn(Acc<1, kWgTile>& acc, const std::uint32_t (&a)[4][4], const unsigned char* b) {
+// acc += A B: A 64 x 64 in registers (pack_a), B a swizzled tile (64 rows along K, D columns):
+// panel j of B gives columns 64 j .. 64 j + 63 of acc, which are acc[0][8 j .. 8 j + 7].
+template <class E, int D>
+__device__ inline void wgmma_tile_nn(Acc<1, D>& acc, const std::uint32_t (&a)[4][4], const unsigned char* b) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_rs_transposed_b<E>(acc, a[kk], tile_descriptor(b + kk * 16 * 128));
+  for (int j = 0; j < D / 64; ++j) {
+    float(&d)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[0][8 * j][0]);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_rs_transposed_b<E>(d, a[kk], tile_descriptor(b + j * kPanelBytes + kk * 16 * 128));
+  }
 }
 
 // The swizzle is a function of address bits 4-9, so tiles start on 1024-byte boundaries: the
@@ -176,25 +204,26 @@ __device__ inline unsigned char* first_tile(unsigned char* smem) {
 
 // The walk over the 64-key tiles that query block q0 sees, each tile's K and V rows copied into
 // kbuf / vbuf (two swizzled tiles each) while the previous tile is used: use(t, buffer).
-template <class E, class Use>
+template <class E, int D, class Use>
 __device__ inline void walk_kv_tiles(const Problem& p, int q0, unsigned char* kbuf, unsigned char* vbuf, Rows k, Rows v,
                                      const E* kb, const E* vb, Use&& use) {
   walk_tiles<true>(
       0, key_tiles<1, kWgTile>(p, q0),
       [&](int t, int b) {
-        copy_tile_swizzled_async<E>(kbuf + b * kWgTileBytes, kb, k.st, t * kWgTile, p.tk);
-        copy_tile_swizzled_async<E>(vbuf + b * kWgTileBytes, vb, v.st, t * kWgTile, p.tk);
+        copy_tile_swizzled_async<E, D>(kbuf + b * kTileBytes<D>, kb, k.st, t * kWgTile, p.tk);
+        copy_tile_swizzled_async<E, D>(vbuf + b * kTileBytes<D>, vb, v.st, t * kWgTile, p.tk);
       },
       use);
 }
 
-template <class E>
-__global__ void __launch_bounds__(kThreads, kWgForwardBlocks)
+template <class E, int D>
+__global__ void __launch_bounds__(kThreads, kForwardBlocks<D>)
     forward_wgmma_kernel(Rows q, Rows k, Rows v, Rows o, float* lse, Problem p) {
+  constexpr int kTile = kTileBytes<D>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* qs = first_tile(smem_raw);
-  unsigned char* kbuf = qs + kWgTileBytes;  // [2] tiles
-  unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
+  unsigned char* kbuf = qs + kTile;  // [2] tiles
+  unsigned char* vbuf = kbuf + 2 * kTile;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * kWgTile, bh = blockIdx.y;
@@ -203,14 +232,15 @@ __global__ void __launch_bounds__(kThreads, kWgForwardBlocks)
   const E* kb = kv_rows_of<E>(k, bh, p);
   const E* vb = kv_rows_of<E>(v, bh, p);
 
-  copy_tile_swizzled_async<E>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // lands with tile 0
+  copy_tile_swizzled_async<E, D>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // lands with tile 0
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  Acc<1, kWgTile> out, s;
+  Acc<1, D> out;
+  Acc<1, kWgTile> s;
   clear(out);
-  walk_kv_tiles<E>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
+  walk_kv_tiles<E, D>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
     const int key0 = t * kWgTile;
     wgmma_fence();
-    wgmma_tile_nt<E>(s, qs, kbuf + b * kWgTileBytes);
+    wgmma_tile_nt<E, D>(s, qs, kbuf + b * kTile);
     wgmma_commit();
     wgmma_wait_all();
     hold(s);
@@ -254,12 +284,12 @@ __global__ void __launch_bounds__(kThreads, kWgForwardBlocks)
     pack_a<E>(pa, s);
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < D / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) out[0][n][e] *= alpha[e / 2];
     }
     wgmma_fence();
-    wgmma_tile_nn<E>(out, pa, vbuf + b * kWgTileBytes);
+    wgmma_tile_nn<E, D>(out, pa, vbuf + b * kTile);
     wgmma_commit();
     wgmma_wait_all();
     hold(out);
@@ -275,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kWgForwardBlocks)
     lse2[i] = l > 0.0f ? row_max[i] + log2f(l) : INFINITY;
   }
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < D / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) out[0][n][e] *= inv[e / 2];
   if (lane % 4 == 0)
@@ -283,33 +313,35 @@ __global__ void __launch_bounds__(kThreads, kWgForwardBlocks)
       const int row = w0 + lane / 4 + 8 * i;
       if (row < p.tq) lse[static_cast<long long>(bh) * p.tq + row] = lse2[i] / kLog2e;
     }
-  store_rows<E, kWgTile, 1>(out, const_cast<E*>(rows_of<E>(o, bh, p.h)), o.st, w0, p.tq, 1.0f, lane);
+  store_rows<E, D, 1>(out, const_cast<E*>(rows_of<E>(o, bh, p.h)), o.st, w0, p.tq, 1.0f, lane);
 }
 
-// dK and dV for 64 keys of a 64-wide head (the mma.sync kernel's math): per query tile,
+// dK and dV for 64 keys of a D-wide head (the mma.sync kernel's math): per query tile,
 // S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q. The block (blockIdx.y: a
 // key/value head of [B, h / group]) walks the query tiles of each query head of its group in turn.
-template <class E>
+template <class E, int D>
 __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Rows k, Rows v, Rows dout,
                                                                      const float* lse, const float* delta, Rows dk,
                                                                      Rows dv, Problem p) {
+  constexpr int kTile = kTileBytes<D>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* ks = first_tile(smem_raw);
-  unsigned char* vs = ks + kWgTileBytes;
-  unsigned char* qbuf = vs + kWgTileBytes;  // [2] tiles
-  unsigned char* dobuf = qbuf + 2 * kWgTileBytes;
-  float* lse_buf = reinterpret_cast<float*>(dobuf + 2 * kWgTileBytes);  // [2][64]
+  unsigned char* vs = ks + kTile;
+  unsigned char* qbuf = vs + kTile;  // [2] tiles
+  unsigned char* dobuf = qbuf + 2 * kTile;
+  float* lse_buf = reinterpret_cast<float*>(dobuf + 2 * kTile);  // [2][64]
   float* delta_buf = lse_buf + 2 * kWgTile;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = blockIdx.x * kWgTile, bhk = blockIdx.y, w0 = k0 + warp * 16;
   const int hk = p.kv_heads();
-  copy_tile_swizzled_async<E>(ks, rows_of<E>(k, bhk, hk), k.st, k0, p.tk);  // land with the first tile
-  copy_tile_swizzled_async<E>(vs, rows_of<E>(v, bhk, hk), v.st, k0, p.tk);
+  copy_tile_swizzled_async<E, D>(ks, rows_of<E>(k, bhk, hk), k.st, k0, p.tk);  // land with the first tile
+  copy_tile_swizzled_async<E, D>(vs, rows_of<E>(v, bhk, hk), v.st, k0, p.tk);
   // Step s of the walk is query tile first_tile + s % head_tiles of the group's head s / head_tiles.
   const int first_tile = (p.causal ? max(0, k0 - p.shift) : 0) / kWgTile;
   const int head_tiles = (p.tq + kWgTile - 1) / kWgTile - first_tile;
-  Acc<1, kWgTile> dk_acc, dv_acc, pt, dst;
+  Acc<1, D> dk_acc, dv_acc;
+  Acc<1, kWgTile> pt, dst;
   clear(dk_acc);
   clear(dv_acc);
   walk_tiles<true>(
@@ -317,8 +349,8 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
       [&](int s, int b) {
         const int g = s / head_tiles, q0 = (first_tile + s - g * head_tiles) * kWgTile;
         const int bh = query_head(bhk, g, p);
-        copy_tile_swizzled_async<E>(qbuf + b * kWgTileBytes, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);
-        copy_tile_swizzled_async<E>(dobuf + b * kWgTileBytes, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
+        copy_tile_swizzled_async<E, D>(qbuf + b * kTile, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);
+        copy_tile_swizzled_async<E, D>(dobuf + b * kTile, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
         // The tile's lse (thread c) and delta (thread 64 + c) travel with it instead of through
         // registers, whose load would hold the warp before the barrier. A query past the end
         // reads 0; the mask below hides it.
@@ -330,13 +362,13 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
       },
       [&](int s, int b) {
         const int q0 = (first_tile + s % head_tiles) * kWgTile;
-        const unsigned char* qt = qbuf + b * kWgTileBytes;
-        const unsigned char* dot = dobuf + b * kWgTileBytes;
+        const unsigned char* qt = qbuf + b * kTile;
+        const unsigned char* dot = dobuf + b * kTile;
         const float* lse_s = lse_buf + b * kWgTile;
         const float* delta_s = delta_buf + b * kWgTile;
         wgmma_fence();
-        wgmma_tile_nt<E>(pt, ks, qt);
-        wgmma_tile_nt<E>(dst, vs, dot);
+        wgmma_tile_nt<E, D>(pt, ks, qt);
+        wgmma_tile_nt<E, D>(dst, vs, dot);
         wgmma_commit();
         wgmma_wait_all();
         hold(pt);
@@ -357,8 +389,8 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
         pack_a<E>(pa, pt);
         pack_a<E>(da, dst);
         wgmma_fence();
-        wgmma_tile_nn<E>(dv_acc, pa, dot);
-        wgmma_tile_nn<E>(dk_acc, da, qt);
+        wgmma_tile_nn<E, D>(dv_acc, pa, dot);
+        wgmma_tile_nn<E, D>(dk_acc, da, qt);
         wgmma_commit();
         wgmma_wait_all();
         hold(dv_acc);
@@ -367,20 +399,21 @@ __global__ void __launch_bounds__(kThreads) backward_kv_wgmma_kernel(Rows q, Row
         hold(da);
       });
   wait_copies<0>();  // a block that walked no tile still has its own tiles in flight
-  store_rows<E, kWgTile, 1>(dk_acc, const_cast<E*>(rows_of<E>(dk, bhk, hk)), dk.st, w0, p.tk, p.scale, lane);
-  store_rows<E, kWgTile, 1>(dv_acc, const_cast<E*>(rows_of<E>(dv, bhk, hk)), dv.st, w0, p.tk, 1.0f, lane);
+  store_rows<E, D, 1>(dk_acc, const_cast<E*>(rows_of<E>(dk, bhk, hk)), dk.st, w0, p.tk, p.scale, lane);
+  store_rows<E, D, 1>(dv_acc, const_cast<E*>(rows_of<E>(dv, bhk, hk)), dv.st, w0, p.tk, 1.0f, lane);
 }
 
-// dQ for 64 queries of a 64-wide head: per key tile, S = Q K^T and dP = dO V^T, then dQ += dS K.
-template <class E>
+// dQ for 64 queries of a D-wide head: per key tile, S = Q K^T and dP = dO V^T, then dQ += dS K.
+template <class E, int D>
 __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows k, Rows v, Rows dout,
                                                                     const float* lse, const float* delta, Rows dq,
                                                                     Problem p) {
+  constexpr int kTile = kTileBytes<D>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* qs = first_tile(smem_raw);
-  unsigned char* dos = qs + kWgTileBytes;
-  unsigned char* kbuf = dos + kWgTileBytes;  // [2] tiles
-  unsigned char* vbuf = kbuf + 2 * kWgTileBytes;
+  unsigned char* dos = qs + kTile;
+  unsigned char* kbuf = dos + kTile;  // [2] tiles
+  unsigned char* vbuf = kbuf + 2 * kTile;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = blockIdx.x * kWgTile, bh = blockIdx.y;
@@ -396,16 +429,17 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
   }
   const E* kb = kv_rows_of<E>(k, bh, p);
   const E* vb = kv_rows_of<E>(v, bh, p);
-  copy_tile_swizzled_async<E>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // land with tile 0
-  copy_tile_swizzled_async<E>(dos, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
-  Acc<1, kWgTile> dq_acc, s, ds;
+  copy_tile_swizzled_async<E, D>(qs, rows_of<E>(q, bh, p.h), q.st, q0, p.tq);  // land with tile 0
+  copy_tile_swizzled_async<E, D>(dos, rows_of<E>(dout, bh, p.h), dout.st, q0, p.tq);
+  Acc<1, D> dq_acc;
+  Acc<1, kWgTile> s, ds;
   clear(dq_acc);
-  walk_kv_tiles<E>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
+  walk_kv_tiles<E, D>(p, q0, kbuf, vbuf, k, v, kb, vb, [&](int t, int b) {
     const int key0 = t * kWgTile;
-    const unsigned char* kt = kbuf + b * kWgTileBytes;
+    const unsigned char* kt = kbuf + b * kTile;
     wgmma_fence();
-    wgmma_tile_nt<E>(s, qs, kt);
-    wgmma_tile_nt<E>(ds, dos, vbuf + b * kWgTileBytes);
+    wgmma_tile_nt<E, D>(s, qs, kt);
+    wgmma_tile_nt<E, D>(ds, dos, vbuf + b * kTile);
     wgmma_commit();
     wgmma_wait_all();
     hold(s);
@@ -421,13 +455,13 @@ __global__ void __launch_bounds__(kThreads) backward_q_wgmma_kernel(Rows q, Rows
     std::uint32_t da[4][4];
     pack_a<E>(da, ds);
     wgmma_fence();
-    wgmma_tile_nn<E>(dq_acc, da, kt);
+    wgmma_tile_nn<E, D>(dq_acc, da, kt);
     wgmma_commit();
     wgmma_wait_all();
     hold(dq_acc);
     hold(da);
   });
-  store_rows<E, kWgTile, 1>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
+  store_rows<E, D, 1>(dq_acc, const_cast<E*>(rows_of<E>(dq, bh, p.h)), dq.st, w0, p.tq, p.scale, lane);
 }
 
 // 1 where this module's device code was compiled with the sm_90a features (wgmma), else 0.
@@ -441,29 +475,29 @@ __global__ void wgmma_probe(int* out) {
 
 }  // namespace
 
-template <class E>
+template <class E, int D>
 void launch_forward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows out, float* lse) {
-  const std::size_t bytes = 5 * kWgTileBytes + 1024;  // Q, two K and two V tiles, and room to align them
-  static const bool allowed = (allow_shared_memory(forward_wgmma_kernel<E>, bytes), true);
+  const std::size_t bytes = 5 * kTileBytes<D> + 1024;  // Q, two K and two V tiles, and room to align them
+  static const bool allowed = (allow_shared_memory(forward_wgmma_kernel<E, D>, bytes), true);
   (void)allowed;
-  forward_wgmma_kernel<E><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, bytes, compute_stream()>>>(
+  forward_wgmma_kernel<E, D><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, bytes, compute_stream()>>>(
       q, k, v, out, lse, p);
   BMT_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class E>
+template <class E, int D>
 void launch_backward_wgmma(const Problem& p, unsigned bh, Rows q, Rows k, Rows v, Rows dout, const float* lse,
                            const float* delta, Rows dq, Rows dk, Rows dv) {
-  const std::size_t kv_bytes = 6 * kWgTileBytes + 1024 + 4 * kWgTile * sizeof(float);
-  static const bool kv_allowed = (allow_shared_memory(backward_kv_wgmma_kernel<E>, kv_bytes), true);
+  const std::size_t kv_bytes = 6 * kTileBytes<D> + 1024 + 4 * kWgTile * sizeof(float);
+  static const bool kv_allowed = (allow_shared_memory(backward_kv_wgmma_kernel<E, D>, kv_bytes), true);
   (void)kv_allowed;
-  backward_kv_wgmma_kernel<E><<<dim3((p.tk + kWgTile - 1) / kWgTile, bh / p.group), kThreads, kv_bytes,
-                                compute_stream()>>>(q, k, v, dout, lse, delta, dk, dv, p);
+  backward_kv_wgmma_kernel<E, D><<<dim3((p.tk + kWgTile - 1) / kWgTile, bh / p.group), kThreads, kv_bytes,
+                                   compute_stream()>>>(q, k, v, dout, lse, delta, dk, dv, p);
   BMT_CUDA_CHECK(cudaGetLastError());
-  const std::size_t q_bytes = 6 * kWgTileBytes + 1024;
-  static const bool q_allowed = (allow_shared_memory(backward_q_wgmma_kernel<E>, q_bytes), true);
+  const std::size_t q_bytes = 6 * kTileBytes<D> + 1024;
+  static const bool q_allowed = (allow_shared_memory(backward_q_wgmma_kernel<E, D>, q_bytes), true);
   (void)q_allowed;
-  backward_q_wgmma_kernel<E><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, q_bytes, compute_stream()>>>(
+  backward_q_wgmma_kernel<E, D><<<dim3((p.tq + kWgTile - 1) / kWgTile, bh), kThreads, q_bytes, compute_stream()>>>(
       q, k, v, dout, lse, delta, dq, p);
   BMT_CUDA_CHECK(cudaGetLastError());
 }
@@ -486,11 +520,17 @@ bool wgmma_available() {
   return available;
 }
 
-template void launch_forward_wgmma<__nv_bfloat16>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
-template void launch_forward_wgmma<__half>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
-template void launch_backward_wgmma<__nv_bfloat16>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
-                                                   const float*, Rows, Rows, Rows);
-template void launch_backward_wgmma<__half>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
-                                            const float*, Rows, Rows, Rows);
+template void launch_forward_wgmma<__nv_bfloat16, 64>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
+template void launch_forward_wgmma<__nv_bfloat16, 128>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
+template void launch_forward_wgmma<__half, 64>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
+template void launch_forward_wgmma<__half, 128>(const Problem&, unsigned, Rows, Rows, Rows, Rows, float*);
+template void launch_backward_wgmma<__nv_bfloat16, 64>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
+                                                       const float*, Rows, Rows, Rows);
+template void launch_backward_wgmma<__nv_bfloat16, 128>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
+                                                       const float*, Rows, Rows, Rows);
+template void launch_backward_wgmma<__half, 64>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
+                                                       const float*, Rows, Rows, Rows);
+template void launch_backward_wgmma<__half, 128>(const Problem&, unsigned, Rows, Rows, Rows, Rows, const float*,
+                                                       const float*, Rows, Rows, Rows);
 
 }  // namespace bmt::kernels::attention_tiles

@@ -124,7 +124,7 @@ inline std::vector<float> swap_heads_and_time(const std::vector<float>& x, std::
   return y;
 }
 
-// The kernel family a tensor-core shape must take here: "wgmma" for a 64-wide head when the build
+// The kernel family a tensor-core shape must take here: "wgmma" for a 64- or 128-wide head when the build
 // has Hopper code and runs on a Hopper device (unless BMT_ATTENTION_NO_WGMMA turns it off), else
 // "mma.sync". A build whose sm_90a code silently failed to load would run the mma.sync kernels
 // and leave the wgmma ones untested; this catches it.
@@ -133,7 +133,7 @@ inline std::string expected_tensor_core_kernel(std::int64_t D) {
   int device = 0, major = 0;
   if (cudaGetDevice(&device) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9 &&
-      D == 64 && !bmt::environment().attention_no_wgmma)
+      (D == 64 || D == 128) && !bmt::environment().attention_no_wgmma)
     return "wgmma";
 #else
   (void)D;

@@ -582,9 +582,12 @@ void check_grouped_query(const testing::AttentionSizes& s, DType dt, std::int64_
 
 TEST(KernelPaths, GroupedQueryAttentionOnEveryPath) {
   const std::string wgmma_or_mma = testing::expected_tensor_core_kernel(64);
+  const std::string wgmma_or_mma_128 = testing::expected_tensor_core_kernel(128);
   check_grouped_query({2, 8, 130, 130, 64, 2}, DType::bf16, 0, wgmma_or_mma.c_str(), 1000);
   check_grouped_query({1, 4, 97, 97, 64, 1}, DType::f16, 0, wgmma_or_mma.c_str(), 1010);
-  check_grouped_query({1, 6, 70, 70, 128, 2}, DType::bf16, 0, "mma.sync", 1020);
+  // Llama's heads: 128 wide, four query heads to a key/value head, lengths off the 64-row tiles.
+  check_grouped_query({1, 6, 70, 70, 128, 2}, DType::bf16, 0, wgmma_or_mma_128.c_str(), 1020);
+  check_grouped_query({1, 8, 150, 150, 128, 2}, DType::f16, 0, wgmma_or_mma_128.c_str(), 1025);
   check_grouped_query({1, 4, 33, 33, 64, 2}, DType::bf16, 1, "portable", 1030);
   check_grouped_query({2, 6, 21, 21, 16, 3}, DType::f32, 0, "portable", 1040);
 }

@@ -259,9 +259,11 @@ TEST(Attention, TensorCoreShapes) {
   const Case cases[] = {{{1, 2, 64, 64, 64}, true},    {{2, 1, 100, 100, 64}, true}, {{1, 2, 37, 130, 64}, false},
                         {{1, 1, 300, 300, 64}, true},  {{1, 1, 70, 200, 64}, true},  {{1, 1, 70, 200, 128}, true},
                         {{1, 1, 1, 65, 128}, true},    {{2, 2, 129, 129, 128}, false},
+                        {{1, 2, 300, 300, 128}, true}, {{1, 2, 37, 130, 128}, false},
                         // grouped-query attention: dK/dV walk the query tiles of 2, 4 or 8 heads
                         {{2, 4, 100, 100, 64, 2}, true}, {{1, 8, 70, 200, 64, 1}, true},
-                        {{1, 4, 129, 129, 128, 2}, false}, {{2, 6, 65, 65, 128, 3}, true}};
+                        {{1, 4, 129, 129, 128, 2}, false}, {{2, 6, 65, 65, 128, 3}, true},
+                        {{2, 8, 100, 100, 128, 2}, true}};
   std::uint32_t seed = 600;
   for (DType dt : {DType::bf16, DType::f16}) {
     const double tol = dt == DType::bf16 ? 1.0 / 32 : 1.0 / 256;
@@ -307,13 +309,15 @@ TEST(Attention, TensorCoreShapes) {
 }
 
 // A negative scale reverses which score is a row's largest; the CUDA build's forward then takes
-// the portable kernel (its running max assumes scale > 0) and the result must not change.
-TEST(Attention, NegativeScaleAtTensorCoreShapes) {
-  const Sizes s{1, 2, 70, 70, 64};
+// the portable kernel (its running max assumes scale > 0), the backward the tensor-core kernels of
+// the head size, and the result must not change.
+void check_negative_scale(const Sizes& s) {
   const DType dt = DType::bf16;
-  // Scores spread over about +-100, so a running max taken the wrong way overflows 2^x.
-  const auto q = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, 700, -4.0f, 4.0f), dt);
-  const auto k = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, 701, -4.0f, 4.0f), dt);
+  // Scores spread over about +-100 at every head size, so a running max taken the wrong way
+  // overflows 2^x.
+  const float range = 4.0f * std::sqrt(64.0f / static_cast<float>(s.D));
+  const auto q = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, 700, -range, range), dt);
+  const auto k = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, 701, -range, range), dt);
   const auto v = testing::rounded_to(random_floats(s.B * s.H * s.Tk * s.D, 702), dt);
   const auto w = testing::rounded_to(random_floats(s.B * s.H * s.Tq * s.D, 703), dt);
   const float scale = -1.0f;
@@ -324,11 +328,16 @@ TEST(Attention, NegativeScaleAtTensorCoreShapes) {
        Tensor::from_floats(v, {s.B, s.H, s.Tk, s.D}, dt)},
       {true, true, true}, w);
   const double tol = 1.0 / 32;
-  expect_close(r.output, ref.out, tol, tol, "negative scale out");
-  expect_close(r.grads[2], ref.dv, tol, tol, "negative scale dv");
+  const std::string what = "negative scale " + s.describe();
+  expect_close(r.output, ref.out, tol, tol, what + " out");
+  expect_close(r.grads[2], ref.dv, tol, tol, what + " dv");
   // Rows this peaked make dS = P (dP - D) a small difference of rounded terms: a looser bound.
-  expect_close(r.grads[0], ref.dq, 4 * tol, 4 * tol, "negative scale dq");
-  expect_close(r.grads[1], ref.dk, 4 * tol, 4 * tol, "negative scale dk");
+  expect_close(r.grads[0], ref.dq, 4 * tol, 4 * tol, what + " dq");
+  expect_close(r.grads[1], ref.dk, 4 * tol, 4 * tol, what + " dk");
+}
+
+TEST(Attention, NegativeScaleAtTensorCoreShapes) {
+  for (std::int64_t D : {64, 128}) check_negative_scale({1, 2, 70, 70, D});
 }
 
 TEST(Attention, RejectsBadShapes) {

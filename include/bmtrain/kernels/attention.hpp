@@ -25,8 +25,8 @@
 // Two implementations: the portable kernel (one thread per query or key row, any dtype and head
 // size), and in the CUDA build tensor-core kernels for bf16/f16 with D = 64 or 128 and 16-byte
 // aligned rows (every row stride a multiple of 8 elements), the shapes of transformer training.
-// On Hopper (a build targeting Hopper, on a device that runs its sm_90a code) a 64-wide head takes
-// warpgroup-MMA (wgmma) kernels, other tensor-core shapes mma.sync kernels. The entry points pick
+// On Hopper (a build targeting Hopper, on a device that runs its sm_90a code) the tensor-core
+// shapes take warpgroup-MMA (wgmma) kernels, elsewhere mma.sync kernels. The entry points pick
 // one; attention_uses_tensor_cores and attention_kernel_name say which.
 #include "bmtrain/tensor/tensor.hpp"
 
