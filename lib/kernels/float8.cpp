@@ -105,6 +105,23 @@ Float8Matrix quantize_float8(const Tensor& x, std::int64_t cols, const Tensor& a
   return m;
 }
 
+Tensor transpose_float8(const Tensor& codes) {
+  BMT_REQUIRE(codes.defined() && is_float8(codes.dtype()) && codes.is_contiguous() && codes.dim() == 2,
+              "transpose_float8: expected contiguous f8e4m3 or f8e5m2 codes [rows, cols], found "
+                  << (codes.defined() ? std::string(dtype_name(codes.dtype())) + " " + to_string(codes.shape())
+                                      : std::string("none")));
+  const std::int64_t rows = codes.size(0), cols = codes.size(1);
+  Tensor out = Tensor::empty({cols, rows}, codes.dtype());
+  if (out.numel() == 0) return out;
+  const auto* in = static_cast<const std::uint8_t*>(codes.data());
+  auto* o = static_cast<std::uint8_t*>(out.data());
+  // Indexed by the output, so that its writes are contiguous.
+  Kokkos::parallel_for("bmt::transpose_float8", flat_range(rows * cols), KOKKOS_LAMBDA(std::int64_t i) {
+    o[i] = in[(i % rows) * cols + i / rows];
+  });
+  return out;
+}
+
 Tensor dequantize_float8(const Tensor& codes, const Tensor& scale_inv, DType dtype) {
   BMT_REQUIRE(codes.defined() && is_float8(codes.dtype()) && codes.is_contiguous(),
               "dequantize_float8: expected contiguous f8e4m3 or f8e5m2 codes, found "

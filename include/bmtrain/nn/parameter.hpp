@@ -40,6 +40,12 @@ struct ParameterInfo {
   // Where the parameter lives once sharded (null while local or uninitialized).
   ShardedStorage* sharded = nullptr;
   std::int64_t offset = 0;  // first element within the storage's flat buffer
+  // A CheckpointBlock gathers this weight as e4m3 codes under one scale for the whole tensor (set
+  // by the FP8 linear layers' set_fp8): while gathered, the parameter has no values of its own, and
+  // float8_codes ([out, in], f8e4m3) and float8_scale_inv (f32 []) are views of the gather buffer
+  // that the layer's float8_linear reads in place of quantizing the weight.
+  bool gather_float8 = false;
+  Tensor float8_codes, float8_scale_inv;
 };
 
 class DistributedParameter : public Tensor {
