@@ -1,6 +1,6 @@
 // Float8 scaling kernels: the tensor's absolute maximum, the scaled cast into one or both layouts,
-// its inverse, and unscaled casts. Portable Kokkos; on CUDA the scaled cast is first offered to
-// float8_cuda.cpp (float8_seam.hpp), which must produce the same codes.
+// its inverse, and unscaled casts. Portable Kokkos; on CUDA the absolute maximum and the scaled
+// cast are first offered to float8_cuda.cpp (float8_seam.hpp), which must produce the same values.
 #include "bmtrain/kernels/float8.hpp"
 
 #include "bmtrain/kernels/basic.hpp"
@@ -67,6 +67,7 @@ Tensor abs_max(const Tensor& x) {
     fill_(out, 0.0f);
     return out;
   }
+  if (seam::abs_max(x, out.data_as<float>())) return out;
   BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T,
                      { abs_max_kernel<T>(x.data_as<T>(), x.numel(), out.data_as<float>()); });
   return out;

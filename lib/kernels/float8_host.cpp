@@ -4,6 +4,8 @@
 
 namespace bmt::kernels::seam {
 
+bool abs_max(const Tensor&, float*) { return false; }
+
 bool quantize_float8(const Tensor&, std::int64_t, std::int64_t, const float*, DType, std::uint8_t*, std::uint8_t*,
                      float*) {
   return false;

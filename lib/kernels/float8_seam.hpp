@@ -1,6 +1,6 @@
 #pragma once
-// The kernel seam of the float8 cast (docs/ARCHITECTURE.md, "Backend seams"): float8.cpp offers
-// each scaled cast here first. On the CUDA build float8_cuda.cpp takes contiguous f32/bf16/f16
+// The kernel seam of the float8 cast and absolute maximum (docs/ARCHITECTURE.md, "Backend seams"):
+// float8.cpp offers each here first. On the CUDA build float8_cuda.cpp takes contiguous f32/bf16/f16
 // inputs (the transposed layout through shared-memory tiles, so that both layouts are written a
 // row at a time); the host build's float8_host.cpp declines. Both write the codes float8.hpp's
 // conversion gives, so the two paths agree bit for bit.
@@ -9,6 +9,10 @@
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::kernels::seam {
+
+// *amax = max |x| over x (contiguous f32/bf16/f16, at least one element), NaN counted as infinite,
+// as abs_max() defines it; amax is device memory. True when queued on the compute stream.
+bool abs_max(const Tensor& x, float* amax);
 
 // x [rows, cols] (contiguous, f32/bf16/f16) times float8_scale(*amax) rounded to format into out
 // ([rows, cols]) and out_t ([cols, rows]), each when not null; *scale_inv = 1 / that scale. All
