@@ -7,6 +7,9 @@
 // float maximum; a maximum does not depend on the order the blocks arrive in, so the result is
 // the same on every run (it is exact, as the portable reduction's is).
 //
+// The transpose of codes already made (a gathered weight's, for the backward product): the cast's
+// tiles without the cast.
+//
 // The cast: x scaled and rounded to float8 into the row-major layout, the transposed one, or both,
 // in one pass over x. A block takes a 32 x 32 tile: its threads read x and write the row-major
 // codes a row at a time, keep the codes in shared memory, and write the transposed codes a row of
@@ -48,6 +51,25 @@ __global__ void quantize_tiles(const T* x, std::int64_t rows, std::int64_t cols,
   for (int i = ty; i < kTile; i += kTileRowsPerPass) {
     const std::int64_t c = c0 + i, r = r0 + tx;
     if (c < cols && r < rows) out_t[c * rows + r] = tile[tx][i];
+  }
+}
+
+// The same tiles as quantize_tiles, for codes already made: a weight's gathered codes transposed
+// for the product that reads them with the other dimension contiguous.
+__global__ void transpose_tiles(const std::uint8_t* __restrict__ in, std::int64_t rows, std::int64_t cols,
+                                std::uint8_t* __restrict__ out) {
+  __shared__ std::uint8_t tile[kTile][kTile + 4];
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (int i = ty; i < kTile; i += kTileRowsPerPass) {
+    const std::int64_t r = r0 + i, c = c0 + tx;
+    if (r < rows && c < cols) tile[i][tx] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = ty; i < kTile; i += kTileRowsPerPass) {
+    const std::int64_t c = c0 + i, r = r0 + tx;
+    if (c < cols && r < rows) out[c * rows + r] = tile[tx][i];
   }
 }
 
@@ -124,6 +146,16 @@ bool quantize_float8(const Tensor& x, std::int64_t rows, std::int64_t cols, cons
                                                                out, out_t, scale_inv);
     });
   });
+  cuda::check_launch();
+  return true;
+}
+
+bool transpose_float8(const std::uint8_t* in, std::int64_t rows, std::int64_t cols, std::uint8_t* out) {
+  const std::int64_t tile_rows = (rows + kTile - 1) / kTile, tile_cols = (cols + kTile - 1) / kTile;
+  if (!cuda::available() || tile_rows > 65535 || tile_cols > 2147483647) return false;
+  const dim3 grid(static_cast<unsigned>(tile_cols), static_cast<unsigned>(tile_rows));
+  const dim3 block(kTile, kTileRowsPerPass);
+  transpose_tiles<<<grid, block, 0, cuda::stream()>>>(in, rows, cols, out);
   cuda::check_launch();
   return true;
 }

@@ -68,6 +68,22 @@ TEST(Float8Scaling, AbsMaxAndScale) {
   float want = 0.0f;
   for (float v : big) want = std::max(want, std::fabs(v));
   EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats(big, {100000}))), want);
+  // Odd lengths starting off a 16-byte boundary, in each dtype (the CUDA kernel's packed loads and
+  // their tail), with the largest magnitude at either end.
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    auto v = random_floats(40003, 7, -3.0f, 3.0f);
+    for (std::int64_t start : {0, 1, 5}) {
+      for (std::size_t at : {static_cast<std::size_t>(start), v.size() - 1}) {
+        auto w = v;
+        w[at] = -6.5f;
+        const Tensor part = Tensor::from_floats(w, {40003}, dt).slice(0, start, 40003);
+        float m = 0.0f;
+        for (float x : part.to_host_floats()) m = std::max(m, std::fabs(x));
+        EXPECT_EQ(scalar(kernels::abs_max(part)), m) << dtype_name(dt) << " from " << start << ", largest at " << at;
+        EXPECT_EQ(m, 6.5f);
+      }
+    }
+  }
 
   EXPECT_EQ(kernels::float8_scale(0.0f, 448.0f), 1.0f);
   EXPECT_EQ(kernels::float8_scale(2.0f, 448.0f), 224.0f);
