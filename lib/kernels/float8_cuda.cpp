@@ -123,8 +123,10 @@ bool abs_max(const Tensor& x, float* amax) {
   const std::int64_t n = x.numel();
   // Four 16-byte loads a thread before a block is worth it; a few blocks a multiprocessor at most
   // (more would only add atomics).
-  const std::int64_t per_block = static_cast<std::int64_t>(kAmaxThreads) * 4 * 16 / static_cast<std::int64_t>(dtype_size(x.dtype()));
-  const std::int64_t blocks = std::min<std::int64_t>((n + per_block - 1) / per_block, 4 * static_cast<std::int64_t>(cuda::sm_count()));
+  const std::int64_t per_block =
+      static_cast<std::int64_t>(kAmaxThreads) * 4 * 16 / static_cast<std::int64_t>(dtype_size(x.dtype()));
+  const std::int64_t blocks =
+      std::min<std::int64_t>((n + per_block - 1) / per_block, 4 * static_cast<std::int64_t>(cuda::sm_count()));
   BMT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), cuda::stream()));  // the bits of +0.0f
   BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T, {
     abs_max_blocks<T><<<static_cast<unsigned>(blocks), kAmaxThreads, 0, cuda::stream()>>>(

@@ -22,11 +22,15 @@ std::pair<std::int64_t, std::int64_t> block_storage(const ModelConfig& c, bool f
   return {*std::max_element(sizes.begin(), sizes.end()), float8};
 }
 
+std::pair<std::int64_t, std::int64_t> block_storage(const ModelConfig& c, bool fp8, int world) {
+  return c.arch == "gpt2" ? block_storage<GPT2Block>(c, fp8, world) : block_storage<LlamaBlock>(c, fp8, world);
+}
+
 // The largest storage init_parameters would make for the model: one block's (all blocks are
 // alike), or a parameter outside the blocks (the embedding, the head); and how many of its elements
 // are gathered as float8 codes.
 std::pair<std::int64_t, std::int64_t> largest_storage(const ModelConfig& c, bool fp8, int world) {
-  auto largest = c.arch == "gpt2" ? block_storage<GPT2Block>(c, fp8, world) : block_storage<LlamaBlock>(c, fp8, world);
+  auto largest = block_storage(c, fp8, world);
   for (std::int64_t rows : {c.vocab, c.arch == "gpt2" ? c.max_seq : std::int64_t{0}}) {
     const std::int64_t outside = rows > 0 ? ShardedStorage::planned_total({rows * c.dim}, c.dtype, world) : 0;
     if (outside > largest.first) largest = {outside, 0};
@@ -48,6 +52,11 @@ optim::MemoryPlan memory_plan(const ModelConfig& c, const CausalLMOptions& optio
   for (std::int64_t i = 0; i < c.layers; ++i)
     if (keeps_gathered_parameters(block_options(options, c.layers, i))) ++plan.kept_blocks;
   return plan;
+}
+
+std::int64_t block_float8_elements(const ModelConfig& c, const CausalLMOptions& options) {
+  c.validate();
+  return options.fp8 ? block_storage(c, true, 1).second : 0;
 }
 
 }  // namespace bmt::models

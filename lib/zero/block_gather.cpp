@@ -91,14 +91,14 @@ void ShardedStorage::gather_into(const Tensor& full, const Tensor& staging, Comm
     return;
   }
   const GatherLayout& l = gather_layout();
-  BMT_REQUIRE(full.defined() && full.nbytes() >= l.bytes, "ShardedStorage '" << name_ << "': expected a gather buffer of "
-                                                                              << l.bytes << " bytes, found "
-                                                                              << (full.defined() ? full.nbytes() : 0));
+  BMT_REQUIRE(full.defined() && full.nbytes() >= l.bytes,
+              "ShardedStorage '" << name_ << "': expected a gather buffer of " << l.bytes << " bytes, found "
+                                 << (full.defined() ? full.nbytes() : 0));
   const bool across = world_size_ > 1;
   const std::size_t wire_bytes = l.chunk_bytes * static_cast<std::size_t>(world_size_);
   BMT_REQUIRE(!across || (staging.defined() && staging.nbytes() >= wire_bytes),
-              "ShardedStorage '" << name_ << "': expected a gather staging buffer of " << wire_bytes
-                                 << " bytes, found " << (staging.defined() ? staging.nbytes() : 0));
+              "ShardedStorage '" << name_ << "': expected a gather staging buffer of " << wire_bytes << " bytes, found "
+                                 << (staging.defined() ? staging.nbytes() : 0));
   if (!gather_amax_.defined()) gather_amax_ = Tensor::empty({l.float8_count}, DType::f32);
   stream.wait(values_written_);
   timeline::Span span(stream, "gather", name_);
@@ -118,7 +118,8 @@ void ShardedStorage::gather_into(const Tensor& full, const Tensor& staging, Comm
   const auto element_size = [float8, to_size](std::size_t entry) { return float8[entry] ? std::size_t{1} : to_size; };
   // Where a piece of this rank lands: its chunk across ranks, else its place in the buffer.
   const auto destination = [=](const GatherLayout::Piece& p) {
-    return across ? my_chunk + p.chunk_at : base + at[p.entry] + static_cast<std::size_t>(p.param_offset) * element_size(p.entry);
+    return across ? my_chunk + p.chunk_at
+                  : base + at[p.entry] + static_cast<std::size_t>(p.param_offset) * element_size(p.entry);
   };
   Stream* on = &stream;
 

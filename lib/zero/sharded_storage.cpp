@@ -270,12 +270,15 @@ void ShardedStorage::bind(const Tensor& full) {
     auto& impl = *e.parameter.impl();
     if (l.float8[i]) {  // codes and scale in place of values
       impl.storage.reset();
-      impl.param->float8_codes = Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f8e4m3, static_cast<std::int64_t>(l.at[i]), e.parameter.shape())));
-      impl.param->float8_scale_inv = Tensor(std::make_shared<TensorImpl>(
-          view_impl(full, DType::f32, static_cast<std::int64_t>(l.scales_at / sizeof(float)) + l.scale[i], {})));
+      const auto codes_at = static_cast<std::int64_t>(l.at[i]);
+      const auto scale_at = static_cast<std::int64_t>(l.scales_at / sizeof(float)) + l.scale[i];
+      impl.param->float8_codes =
+          Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f8e4m3, codes_at, e.parameter.shape())));
+      impl.param->float8_scale_inv = Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f32, scale_at, {})));
       continue;
     }
-    TensorImpl v = view_impl(full, dtype_, static_cast<std::int64_t>(l.at[i] / dtype_size(dtype_)), e.parameter.shape());
+    const auto at = static_cast<std::int64_t>(l.at[i] / dtype_size(dtype_));
+    TensorImpl v = view_impl(full, dtype_, at, e.parameter.shape());
     impl.storage = v.storage;
     impl.offset = v.offset;
   }

@@ -56,7 +56,8 @@ struct Fp8Training {
   bmt::optim::OptimManager manager;
   bmt::Tensor ids, targets;
 
-  explicit Fp8Training(const ModelConfig& c) : model(c, fp8()), adamw((bmt::init_parameters(model), model), adam()) {
+  explicit Fp8Training(const ModelConfig& c, CausalLMOptions options = {})
+      : model(c, fp8(options)), adamw((bmt::init_parameters(model), model), adam()) {
     manager.add_optimizer(adamw);
     const std::int64_t rows = 2, seq = 16;
     std::mt19937 gen(11);
@@ -71,8 +72,7 @@ struct Fp8Training {
     ids = bmt::Tensor::from_ints(in, {rows, seq}, bmt::DType::i32);
     targets = bmt::Tensor::from_ints(target, {rows, seq}, bmt::DType::i32);
   }
-  static CausalLMOptions fp8() {
-    CausalLMOptions o;
+  static CausalLMOptions fp8(CausalLMOptions o) {
     o.fp8 = true;
     return o;
   }
@@ -92,8 +92,8 @@ struct Fp8Training {
   }
 };
 
-std::vector<float> losses_of(const ModelConfig& c, int steps) {
-  Fp8Training run(c);
+std::vector<float> losses_of(const ModelConfig& c, int steps, const CausalLMOptions& options = {}) {
+  Fp8Training run(c, options);
   std::vector<float> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(run.step());
   return losses;
@@ -148,4 +148,26 @@ TEST(Fp8WorldSizes, CheckpointsHoldTheMasterWeights) {
   }
   bmt::synchronize();
   if (bmt::rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The block schedule's options read the same gathered codes: a block kept gathered from forward to
+// backward (ZeRO level 2), one that keeps its activations (its forward records the graph and
+// transposes the codes there, not in a recompute), no prefetch, and kept attention outputs give
+// the default schedule's losses bit for bit.
+TEST(Fp8WorldSizes, ScheduleOptionsGiveTheSameLosses) {
+  for (const ModelConfig& c : {small_gpt2(), small_llama()}) {
+    const auto base = losses_of(c, 3);
+    CausalLMOptions level2;
+    level2.checkpoint.zero_level = 2;
+    CausalLMOptions kept;
+    kept.keep_blocks = 1;
+    CausalLMOptions no_prefetch;
+    no_prefetch.prefetch_depth = 0;
+    CausalLMOptions keep_attention;
+    keep_attention.checkpoint.keep_attention = true;
+    EXPECT_EQ(losses_of(c, 3, level2), base) << c.arch << " zero level 2";
+    EXPECT_EQ(losses_of(c, 3, kept), base) << c.arch << " a block keeping its activations";
+    EXPECT_EQ(losses_of(c, 3, no_prefetch), base) << c.arch << " prefetch 0";
+    EXPECT_EQ(losses_of(c, 3, keep_attention), base) << c.arch << " kept attention outputs";
+  }
 }

@@ -84,6 +84,8 @@ TEST(MemoryPlan, IsWhatTheBuiltModelPlans) {
       for (const auto& [name, p] : fp8_model.named_parameters(""))
         if (name.rfind("blocks.0.", 0) == 0 && p.impl()->param->gather_float8) marked += p.numel();
       EXPECT_GT(marked, 0) << c.arch;
+      EXPECT_EQ(bmt::models::block_float8_elements(c, fp8), marked) << c.arch;
+      EXPECT_EQ(bmt::models::block_float8_elements(c, {}), 0) << c.arch;
       std::int64_t block_storage = 0;  // one block's, as init_parameters makes it
       for (const auto& size : bmt::planned_storage_sizes(fp8_model, world))
         if (size == bmt::ShardedStorage::planned_total(block_numels(fp8_model), c.dtype, world)) block_storage = size;
@@ -93,7 +95,7 @@ TEST(MemoryPlan, IsWhatTheBuiltModelPlans) {
           << c.arch << " at " << world;
       blocks_largest += block_storage == plan.largest_block ? 1 : 0;
     }
-  EXPECT_GT(blocks_largest, 0) << "no configuration whose block is its largest storage: the float8 count goes unchecked";
+  EXPECT_GT(blocks_largest, 0) << "no configuration whose block is its largest storage: the float8 count unchecked";
 }
 
 TEST(MemoryPlan, FollowsTheSchedulersRules) {

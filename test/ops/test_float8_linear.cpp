@@ -445,10 +445,10 @@ TEST(Float8Linear, PreQuantizedWeightGivesTheSameResultsBitForBit) {
     kernels::Float8Matrix wrong = q;
     wrong.codes = q.codes.view({in, out});
     EXPECT_THAT([&] { float8_linear(x, w, wrong); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous f8e4m3")));
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
     wrong.codes = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e5m2).codes;
     EXPECT_THAT([&] { float8_linear(x, w, wrong); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous f8e4m3")));
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
   }
 }
 

@@ -155,7 +155,9 @@ struct MixedBlock : bmt::Module {
     c.copy_to_host(out.data(), out.size());
     return out;
   }
-  static float scale_inv(const bmt::nn::Linear& l) { return l.weight.impl()->param->float8_scale_inv.to_host_floats()[0]; }
+  static float scale_inv(const bmt::nn::Linear& l) {
+    return l.weight.impl()->param->float8_scale_inv.to_host_floats()[0];
+  }
   bmt::Tensor forward(const bmt::Tensor& x) const {
     seen = {codes(proj), codes(back), scale_inv(proj), scale_inv(back), proj.bias.gather().to_host_floats(),
             norm.weight.gather().to_host_floats()};
@@ -191,7 +193,8 @@ TEST(Float8Gather, CodesAreTheWholeMasterWeightsAtEveryWorldSize) {
       const std::string b = "blocks." + std::to_string(k) + ".";
       const auto entry = [&](const std::string& name) {
         for (const auto& e : s.entries())
-          if (e.name == b + name) return std::vector<float>(master.begin() + e.offset, master.begin() + e.offset + e.numel);
+          if (e.name == b + name)
+            return std::vector<float>(master.begin() + e.offset, master.begin() + e.offset + e.numel);
         ADD_FAILURE() << "no entry " << b + name;
         return std::vector<float>();
       };
