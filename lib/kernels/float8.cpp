@@ -67,7 +67,7 @@ Tensor abs_max(const Tensor& x) {
     fill_(out, 0.0f);
     return out;
   }
-  if (seam::abs_max(x, out.data_as<float>())) return out;
+  if (seam::abs_max(x.data(), x.dtype(), x.numel(), out.data_as<float>(), space())) return out;
   BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T,
                      { abs_max_kernel<T>(x.data_as<T>(), x.numel(), out.data_as<float>()); });
   return out;

@@ -118,19 +118,19 @@ __global__ void __launch_bounds__(kAmaxThreads)
 
 }  // namespace
 
-bool abs_max(const Tensor& x, float* amax) {
-  if (!cuda::available() || !x.is_contiguous() || x.numel() == 0) return false;
-  const std::int64_t n = x.numel();
+bool abs_max(const void* x, DType dtype, std::int64_t n, float* amax, const Kokkos::DefaultExecutionSpace& space) {
+  if (!cuda::available() || n <= 0 || !is_floating(dtype)) return false;
+  const cudaStream_t stream = space.cuda_stream();
   // Four 16-byte loads a thread before a block is worth it; a few blocks a multiprocessor at most
   // (more would only add atomics).
   const std::int64_t per_block =
-      static_cast<std::int64_t>(kAmaxThreads) * 4 * 16 / static_cast<std::int64_t>(dtype_size(x.dtype()));
+      static_cast<std::int64_t>(kAmaxThreads) * 4 * 16 / static_cast<std::int64_t>(dtype_size(dtype));
   const std::int64_t blocks =
       std::min<std::int64_t>((n + per_block - 1) / per_block, 4 * static_cast<std::int64_t>(cuda::sm_count()));
-  BMT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), cuda::stream()));  // the bits of +0.0f
-  BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T, {
-    abs_max_blocks<T><<<static_cast<unsigned>(blocks), kAmaxThreads, 0, cuda::stream()>>>(
-        static_cast<const T*>(x.data()), n, reinterpret_cast<unsigned int*>(amax));
+  BMT_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));  // the bits of +0.0f
+  BMT_DISPATCH_FLOAT(dtype, "abs_max", T, {
+    abs_max_blocks<T><<<static_cast<unsigned>(blocks), kAmaxThreads, 0, stream>>>(
+        static_cast<const T*>(x), n, reinterpret_cast<unsigned int*>(amax));
   });
   cuda::check_launch();
   return true;

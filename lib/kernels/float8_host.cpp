@@ -4,7 +4,7 @@
 
 namespace bmt::kernels::seam {
 
-bool abs_max(const Tensor&, float*) { return false; }
+bool abs_max(const void*, DType, std::int64_t, float*, const Kokkos::DefaultExecutionSpace&) { return false; }
 
 bool quantize_float8(const Tensor&, std::int64_t, std::int64_t, const float*, DType, std::uint8_t*, std::uint8_t*,
                      float*) {

@@ -8,13 +8,16 @@
 // for bit.
 #include <cstdint>
 
+#include <Kokkos_Core.hpp>
+
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::kernels::seam {
 
-// *amax = max |x| over x (contiguous f32/bf16/f16, at least one element), NaN counted as infinite,
-// as abs_max() defines it; amax is device memory. True when queued on the compute stream.
-bool abs_max(const Tensor& x, float* amax);
+// *amax = max |x[i]| over i < n (x: n > 0 elements of f32/bf16/f16), NaN counted as infinite, as
+// abs_max() defines it; x and amax are device memory. True when queued on `space`'s stream (the
+// compute stream's for abs_max(), the gather stream's for a ZeRO gather's pieces).
+bool abs_max(const void* x, DType dtype, std::int64_t n, float* amax, const Kokkos::DefaultExecutionSpace& space);
 
 // x [rows, cols] (contiguous, f32/bf16/f16) times float8_scale(*amax) rounded to format into out
 // ([rows, cols]) and out_t ([cols, rows]), each when not null; *scale_inv = 1 / that scale. All

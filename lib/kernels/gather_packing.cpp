@@ -1,4 +1,5 @@
-// The gather stream's kernels (kernels/gather_packing.hpp): portable Kokkos on the stream's space.
+// The gather stream's kernels (kernels/gather_packing.hpp): portable Kokkos on the stream's space;
+// on CUDA the absolute maximum is float8_cuda.cpp's reduction (float8_seam.hpp) on that stream.
 // The float8 cast is float8.hpp's scale and rounding, the same floats quantize_float8 computes, so
 // a weight quantized piece by piece under its whole amax has the codes it has quantized whole.
 #include "bmtrain/kernels/gather_packing.hpp"
@@ -6,6 +7,7 @@
 #include "bmtrain/kernels/common.hpp"
 #include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/kernels/math.hpp"
+#include "float8_seam.hpp"
 
 namespace bmt::kernels {
 
@@ -38,6 +40,7 @@ void zero_on(const ExecSpace& space, float* out, std::int64_t count) {
 
 void abs_max_on(const ExecSpace& space, const void* x, DType dtype, std::int64_t n, float* out) {
   BMT_REQUIRE(n > 0, "abs_max_on: expected elements, found " << n);
+  if (seam::abs_max(x, dtype, n, out, space)) return;  // CUDA's block reduction, on the same stream
   BMT_DISPATCH_FLOAT(dtype, "abs_max_on", T, {
     const T* p = static_cast<const T*>(x);
     Kokkos::parallel_reduce(
