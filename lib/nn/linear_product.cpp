@@ -11,25 +11,16 @@ namespace bmt::nn {
 
 namespace {
 
-// The weight's e4m3 codes and scale when its block gathered it so (ParameterInfo::gather_float8),
-// else nothing: the product quantizes the weight itself.
-kernels::Float8Matrix gathered_codes(const Tensor& weight) {
-  kernels::Float8Matrix m;
-  if (!is_parameter(weight) || !weight.impl()->param->float8_codes.defined()) return m;
-  m.codes = weight.impl()->param->float8_codes;
-  m.scale_inv = weight.impl()->param->float8_scale_inv;
-  return m;
-}
-
+// With the weight's gathered codes where its block gathered it so, else quantizing it.
 Tensor fp8_product(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const kernels::Float8Matrix codes = gathered_codes(weight);
+  const kernels::Float8Matrix codes = gathered_float8(weight);
   return codes.codes.defined() ? float8_linear(x, weight, codes, bias) : float8_linear(x, weight, bias);
 }
 
 }  // namespace
 
 Tensor linear_product(const Tensor& x, const Tensor& weight, const Tensor& bias, LinearForm form, bool fp8) {
-  BMT_REQUIRE(fp8 || !gathered_codes(weight).codes.defined(),
+  BMT_REQUIRE(fp8 || !gathered_float8(weight).codes.defined(),
               "linear: expected weight '" << weight.name() << "' in its dtype, found it gathered as float8 codes "
                                           "(its layer's set_fp8 marks it so; the product must run in FP8 too)");
   switch (form) {

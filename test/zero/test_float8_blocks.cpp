@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/nn/layers.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
@@ -150,13 +151,13 @@ struct MixedBlock : bmt::Module {
     back.set_fp8(true);
   }
   static std::vector<std::uint8_t> codes(const bmt::nn::Linear& l) {
-    const bmt::Tensor& c = l.weight.impl()->param->float8_codes;
+    const bmt::Tensor c = bmt::gathered_float8(l.weight).codes;
     std::vector<std::uint8_t> out(static_cast<std::size_t>(c.numel()));
     c.copy_to_host(out.data(), out.size());
     return out;
   }
   static float scale_inv(const bmt::nn::Linear& l) {
-    return l.weight.impl()->param->float8_scale_inv.to_host_floats()[0];
+    return bmt::gathered_float8(l.weight).scale_inv.to_host_floats()[0];
   }
   bmt::Tensor forward(const bmt::Tensor& x) const {
     seen = {codes(proj), codes(back), scale_inv(proj), scale_inv(back), proj.bias.gather().to_host_floats(),
@@ -187,6 +188,8 @@ TEST(Float8Gather, CodesAreTheWholeMasterWeightsAtEveryWorldSize) {
       const bmt::Tensor x = bmt::Tensor::from_floats(std::vector<float>(3 * kIn, 0.5f), {3, kIn}, bmt::DType::bf16);
       model.blocks[static_cast<std::size_t>(k)](x);
       const auto& seen = model.blocks[static_cast<std::size_t>(k)].block().seen;
+      // Outside its block the weight has no codes.
+      EXPECT_FALSE(bmt::gathered_float8(model.blocks[static_cast<std::size_t>(k)].block().proj.weight).codes.defined());
       bmt::ShardedStorage& s = model.blocks[static_cast<std::size_t>(k)].storage();
       ASSERT_TRUE(s.gathers_float8());
       const auto master = bmt_test::all_gather(s.shard());

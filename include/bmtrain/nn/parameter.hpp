@@ -18,6 +18,9 @@
 namespace bmt {
 
 class ShardedStorage;
+namespace kernels {
+struct Float8Matrix;
+}
 
 // How a parameter is divided over the tensor-parallel group (runtime/mesh.hpp). The parameter's own
 // shape is this rank's part; the whole parameter has `whole_shape`. Along `dim` the whole is a
@@ -66,5 +69,11 @@ using Parameter = DistributedParameter;
 
 // True if `t` is a parameter (made by DistributedParameter).
 inline bool is_parameter(const Tensor& t) { return t.defined() && t.impl()->param != nullptr; }
+
+// A weight its CheckpointBlock gathered as e4m3 codes (ParameterInfo::gather_float8), as the
+// Float8Matrix (codes and scale_inv; no transposed codes) float8_linear takes in place of the
+// weight's values; all undefined for any other tensor, and outside the block. (Float8Matrix is
+// bmtrain/kernels/float8.hpp's.)
+kernels::Float8Matrix gathered_float8(const Tensor& weight);
 
 }  // namespace bmt
