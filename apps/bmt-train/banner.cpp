@@ -2,6 +2,7 @@
 
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/kernels/gemm.hpp>
+#include <bmtrain/models/memory_plan.hpp>
 
 #include "step_traffic.hpp"
 #include "units.hpp"
@@ -27,7 +28,9 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   const bmt::Mesh& mesh = ctx.mesh();
   TrafficPlan p;
   const auto parameters = static_cast<double>(cfg.parameter_count());
-  p.parameter_bytes = parameters * static_cast<double>(bmt::dtype_size(cfg.dtype));
+  // The blocks' FP8 weights are gathered as 1-byte codes.
+  const auto float8 = static_cast<double>(cfg.layers * bmt::models::block_float8_elements(cfg, o.model_options()));
+  p.parameter_bytes = (parameters - float8) * static_cast<double>(bmt::dtype_size(cfg.dtype)) + float8;
   p.gradient_bytes = o.eval_only ? 0.0 : parameters * static_cast<double>(sizeof(float));
   p.shard_size = mesh.shard_size;
   p.shard_ranks_on_node = mesh.shard_group == bmt::ShardGroup::node

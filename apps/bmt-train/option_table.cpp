@@ -180,7 +180,8 @@ std::vector<OptionRow> make_table() {
           .sets_model("dropout"));
   add(Row("--fp8", &O::fp8,
           "Run the blocks' linear layers (attention projections and MLP) in FP8: e4m3 activations and weights, "
-          "e5m2 gradients, per-tensor scales, f32 sums; the embedding, final norm and head stay in --dtype")
+          "e5m2 gradients, per-tensor scales, f32 sums, the weights gathered as e4m3 codes (half bf16's bytes); "
+          "the embedding, final norm and head stay in --dtype")
           .on_resume(Effect::updates));
 
   // distribution and memory

@@ -13,7 +13,7 @@
 namespace bmt_train {
 
 struct TrafficPlan {
-  double parameter_bytes = 0;   // the gathered parameters, whole (elements x their dtype's size)
+  double parameter_bytes = 0;   // the gathered parameters, whole (elements x their dtype's size; FP8 weights 1)
   double gradient_bytes = 0;    // the reduced gradients, whole (f32: 4 bytes a trainable element)
   int shard_size = 1;           // ranks of the shard group
   int shard_ranks_on_node = 1;  // of them, on this rank's node (itself included)

@@ -1,6 +1,6 @@
 // Float8 scaling kernels: the tensor's absolute maximum, the scaled cast into one or both layouts,
-// its inverse, and unscaled casts. Portable Kokkos; on CUDA the scaled cast is first offered to
-// float8_cuda.cpp (float8_seam.hpp), which must produce the same codes.
+// its inverse, and unscaled casts. Portable Kokkos; on CUDA the absolute maximum and the scaled
+// cast are first offered to float8_cuda.cpp (float8_seam.hpp), which must produce the same values.
 #include "bmtrain/kernels/float8.hpp"
 
 #include "bmtrain/kernels/basic.hpp"
@@ -67,6 +67,7 @@ Tensor abs_max(const Tensor& x) {
     fill_(out, 0.0f);
     return out;
   }
+  if (seam::abs_max(x.data(), x.dtype(), x.numel(), out.data_as<float>(), space())) return out;
   BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T,
                      { abs_max_kernel<T>(x.data_as<T>(), x.numel(), out.data_as<float>()); });
   return out;
@@ -103,6 +104,24 @@ Float8Matrix quantize_float8(const Tensor& x, std::int64_t cols, const Tensor& a
                        { quantize_kernel<F, T>(x.data_as<T>(), rows, cols, pa, out, out_t, scale_inv); });
   });
   return m;
+}
+
+Tensor transpose_float8(const Tensor& codes) {
+  BMT_REQUIRE(codes.defined() && is_float8(codes.dtype()) && codes.is_contiguous() && codes.dim() == 2,
+              "transpose_float8: expected contiguous f8e4m3 or f8e5m2 codes [rows, cols], found "
+                  << (codes.defined() ? std::string(dtype_name(codes.dtype())) + " " + to_string(codes.shape())
+                                      : std::string("none")));
+  const std::int64_t rows = codes.size(0), cols = codes.size(1);
+  Tensor out = Tensor::empty({cols, rows}, codes.dtype());
+  if (out.numel() == 0) return out;
+  const auto* in = static_cast<const std::uint8_t*>(codes.data());
+  auto* o = static_cast<std::uint8_t*>(out.data());
+  if (seam::transpose_float8(in, rows, cols, o)) return out;
+  // Indexed by the output, so that its writes are contiguous.
+  Kokkos::parallel_for("bmt::transpose_float8", flat_range(rows * cols), KOKKOS_LAMBDA(std::int64_t i) {
+    o[i] = in[(i % rows) * cols + i / rows];
+  });
+  return out;
 }
 
 Tensor dequantize_float8(const Tensor& codes, const Tensor& scale_inv, DType dtype) {

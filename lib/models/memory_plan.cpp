@@ -1,6 +1,8 @@
 #include "bmtrain/models/memory_plan.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "bmtrain/zero/sharded_storage.hpp"
 
@@ -8,20 +10,32 @@ namespace bmt::models {
 
 namespace {
 
+// A block's storage and the elements of its weights gathered as float8 codes: with fp8, its
+// linear layers' weights, the layers CausalLM switches to FP8.
+template <class Block>
+std::pair<std::int64_t, std::int64_t> block_storage(const ModelConfig& c, bool fp8, int world) {
+  CheckpointBlock<Block> block(CheckpointOptions{}, c);
+  const auto sizes = planned_storage_sizes(block, world);
+  std::int64_t float8 = 0;
+  if (fp8)
+    for (nn::Linear* l : block.block().linear_layers()) float8 += l->weight.numel();
+  return {*std::max_element(sizes.begin(), sizes.end()), float8};
+}
+
+std::pair<std::int64_t, std::int64_t> block_storage(const ModelConfig& c, bool fp8, int world) {
+  return c.arch == "gpt2" ? block_storage<GPT2Block>(c, fp8, world) : block_storage<LlamaBlock>(c, fp8, world);
+}
+
 // The largest storage init_parameters would make for the model: one block's (all blocks are
-// alike), or a parameter outside the blocks (the embedding, the head).
-std::int64_t largest_storage(const ModelConfig& c, int world) {
-  std::vector<std::int64_t> sizes;
-  if (c.arch == "gpt2") {
-    CheckpointBlock<GPT2Block> block(CheckpointOptions{}, c);
-    sizes = planned_storage_sizes(block, world);
-  } else {
-    CheckpointBlock<LlamaBlock> block(CheckpointOptions{}, c);
-    sizes = planned_storage_sizes(block, world);
+// alike), or a parameter outside the blocks (the embedding, the head); and how many of its elements
+// are gathered as float8 codes.
+std::pair<std::int64_t, std::int64_t> largest_storage(const ModelConfig& c, bool fp8, int world) {
+  auto largest = block_storage(c, fp8, world);
+  for (std::int64_t rows : {c.vocab, c.arch == "gpt2" ? c.max_seq : std::int64_t{0}}) {
+    const std::int64_t outside = rows > 0 ? ShardedStorage::planned_total({rows * c.dim}, c.dtype, world) : 0;
+    if (outside > largest.first) largest = {outside, 0};
   }
-  for (std::int64_t rows : {c.vocab, c.arch == "gpt2" ? c.max_seq : std::int64_t{0}})
-    if (rows > 0) sizes.push_back(ShardedStorage::planned_total({rows * c.dim}, c.dtype, world));
-  return *std::max_element(sizes.begin(), sizes.end());
+  return largest;
 }
 
 }  // namespace
@@ -30,7 +44,7 @@ optim::MemoryPlan memory_plan(const ModelConfig& c, const CausalLMOptions& optio
   c.validate();
   optim::MemoryPlan plan;
   plan.parameters = c.parameter_count();
-  plan.largest_block = largest_storage(c, world_size);
+  std::tie(plan.largest_block, plan.largest_block_float8) = largest_storage(c, options.fp8, world_size);
   plan.world_size = world_size;
   plan.dtype = c.dtype;
   plan.prefetch = effective_prefetch_depth(options.prefetch_depth, static_cast<std::size_t>(c.layers));
@@ -38,6 +52,11 @@ optim::MemoryPlan memory_plan(const ModelConfig& c, const CausalLMOptions& optio
   for (std::int64_t i = 0; i < c.layers; ++i)
     if (keeps_gathered_parameters(block_options(options, c.layers, i))) ++plan.kept_blocks;
   return plan;
+}
+
+std::int64_t block_float8_elements(const ModelConfig& c, const CausalLMOptions& options) {
+  c.validate();
+  return options.fp8 ? block_storage(c, true, 1).second : 0;
 }
 
 }  // namespace bmt::models

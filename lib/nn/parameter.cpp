@@ -1,5 +1,6 @@
 #include "bmtrain/nn/parameter.hpp"
 
+#include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/runtime/error.hpp"
 
 namespace bmt {
@@ -17,6 +18,14 @@ DistributedParameter::DistributedParameter(const Shape& shape, DType dtype, init
   impl->param->init = std::move(init);
   impl->param->trainable = requires_grad;
   static_cast<Tensor&>(*this) = Tensor(std::move(impl));
+}
+
+kernels::Float8Matrix gathered_float8(const Tensor& weight) {
+  kernels::Float8Matrix m;
+  if (!is_parameter(weight) || !weight.impl()->param->float8_codes.defined()) return m;
+  m.codes = weight.impl()->param->float8_codes;
+  m.scale_inv = weight.impl()->param->float8_scale_inv;
+  return m;
 }
 
 }  // namespace bmt

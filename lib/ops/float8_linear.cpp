@@ -44,6 +44,10 @@ void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
 // forward GEMM, so that in a block's recompute a product whose output nobody reads is never made.
 class Float8Linear final : public autograd::DeferrableFunction {
  public:
+  Float8Linear() = default;
+  // The weight's codes made already (a ZeRO block's float8 gather): used in place of quantizing it.
+  explicit Float8Linear(kernels::Float8Matrix weight_codes) : given_w_(std::move(weight_codes)) {}
+
   std::string name() const override { return "float8_linear"; }
   bool prepare_queues_work() const override { return true; }
 
@@ -71,21 +75,34 @@ class Float8Linear final : public autograd::DeferrableFunction {
     const Tensor y = Tensor::empty(y_shape, x.dtype());
     if (y.numel() == 0 || in_ == 0) return {y};
     const bool keep = is_recording();
-    const Tensor xc = contiguous(x.detach()), wc = contiguous(w.detach());
+    const Tensor xc = contiguous(x.detach());
     // Backward reads x transposed (for dW) and W transposed (for dx), and only those. (The graph's
     // edges are made after forward: which gradients it will want is read off the inputs.)
     const kernels::Float8Matrix qx = kernels::quantize_float8(xc, in_, kernels::abs_max(xc), DType::f8e4m3, true,
                                                               keep && w.requires_grad());
+    x_codes_ = qx.codes;
+    x_scale_inv_ = qx.scale_inv;
+    if (keep) x_t_ = qx.transposed;
+    if (given_w_.codes.defined()) {
+      const Tensor& codes = given_w_.codes;
+      BMT_REQUIRE(codes.dtype() == DType::f8e4m3 && codes.shape() == w.shape() && codes.is_contiguous() &&
+                      given_w_.scale_inv.defined() && given_w_.scale_inv.dtype() == DType::f32 &&
+                      given_w_.scale_inv.numel() == 1,
+                  "float8_linear: expected the weight's codes as contiguous f8e4m3 " << to_string(w.shape())
+                      << " with one f32 inverse scale, found " << dtype_name(codes.dtype()) << " "
+                      << to_string(codes.shape()));
+      w_codes_ = codes;
+      w_scale_inv_ = given_w_.scale_inv;
+      if (keep && x.requires_grad()) w_t_ = kernels::transpose_float8(codes);
+      given_w_ = {};  // the codes are a gather buffer's: held no longer than the forward's GEMM
+      return {y};
+    }
+    const Tensor wc = contiguous(w.detach());
     const kernels::Float8Matrix qw = kernels::quantize_float8(wc, in_, kernels::abs_max(wc), DType::f8e4m3, true,
                                                               keep && x.requires_grad());
-    x_codes_ = qx.codes;
     w_codes_ = qw.codes;
-    x_scale_inv_ = qx.scale_inv;
     w_scale_inv_ = qw.scale_inv;
-    if (keep) {
-      x_t_ = qx.transposed;
-      w_t_ = qw.transposed;
-    }
+    if (keep) w_t_ = qw.transposed;
     return {y};
   }
 
@@ -144,9 +161,13 @@ class Float8Linear final : public autograd::DeferrableFunction {
     return {dx, dw, db};
   }
 
-  void release_saved() override { x_codes_ = w_codes_ = x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor(); }
+  void release_saved() override {
+    x_codes_ = w_codes_ = x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor();
+    given_w_ = {};
+  }
 
  private:
+  kernels::Float8Matrix given_w_;  // the weight's codes and scale, when made before the call
   Shape x_shape_;
   std::int64_t in_ = 0, out_ = 0, rows_ = 0;
   Tensor x_codes_, w_codes_;  // the forward's e4m3 codes, [rows, in] and [out, in], until write
@@ -158,6 +179,12 @@ class Float8Linear final : public autograd::DeferrableFunction {
 
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::call<Float8Linear>({x, weight, bias})[0];
+}
+
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const kernels::Float8Matrix& weight_codes,
+                     const Tensor& bias) {
+  BMT_REQUIRE(weight_codes.codes.defined(), "float8_linear: expected the weight's codes, found none");
+  return autograd::call<Float8Linear>({x, weight, bias}, weight_codes)[0];
 }
 
 }  // namespace bmt

@@ -12,6 +12,9 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
               "estimate_memory: expected a world size >= 1 and counts >= 0, found world size "
                   << p.world_size << ", " << p.parameters << " parameters, largest block " << p.largest_block
                   << ", prefetch " << p.prefetch << ", " << p.kept_blocks << " kept blocks");
+  BMT_REQUIRE(p.largest_block_float8 >= 0 && p.largest_block_float8 <= p.largest_block,
+              "estimate_memory: expected between 0 and the largest block's " << p.largest_block
+                  << " elements gathered as float8, found " << p.largest_block_float8);
   BMT_REQUIRE(p.moments == DType::f32 || p.moments == DType::bf16,
               "estimate_memory: expected moments in f32 or bf16, found " << dtype_name(p.moments));
   const double compute_bytes = static_cast<double>(dtype_size(p.dtype));
@@ -36,10 +39,15 @@ MemoryEstimate estimate_memory(const MemoryPlan& p) {
   e.device_state = e.device_bytes_per_parameter * n;
   e.forward_device_state = e.forward_device_bytes_per_parameter * n;
   e.host_state = e.host_bytes_per_parameter * n;
-  // A block is gathered into a buffer unless one rank holds it in the parameters' dtype already.
-  const bool gathers = sharded || (!p.offload && p.dtype != DType::f32);
+  // A block is gathered into a buffer unless one rank holds it in the parameters' dtype already and
+  // none of its weights is gathered as float8 codes. A buffer holds those codes at 1 byte an element
+  // and the rest in the parameters' dtype; across ranks their gather lands in a staging buffer of
+  // about that size first (the scales and the pieces' alignment are a few hundred bytes).
+  const double float8 = static_cast<double>(p.largest_block_float8);
+  const bool gathers = sharded || float8 > 0 || (!p.offload && p.dtype != DType::f32);
   const double block = static_cast<double>(p.largest_block);
-  if (gathers) e.device_buffers += block * compute_bytes * (p.prefetch + 1 + p.kept_blocks);
+  const double gathered = (block - float8) * compute_bytes + float8;
+  if (gathers) e.device_buffers += gathered * (p.prefetch + 1 + p.kept_blocks + (sharded && float8 > 0 ? 1 : 0));
   if (reduced) e.device_buffers += block * 4.0 * 2;  // the gradient ring's two f32 slots
   // Offloaded, one step at a time: the gradient shards copied out and not yet given back, the one
   // the backward writes and the one being reduced.

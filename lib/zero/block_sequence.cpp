@@ -55,9 +55,9 @@ class Binding {
   ShardedStorage& s_;
 };
 
-std::size_t gather_bytes(ShardedStorage& s) {
-  return static_cast<std::size_t>(s.total()) * dtype_size(s.dtype());
-}
+// The block binds its parameters to the shard itself: nothing to gather (one rank holding the
+// values in their dtype, no weight gathered as float8 codes).
+bool binds_shard(const ShardedStorage& s) { return s.shard_is_gathered() && !s.gathers_float8(); }
 
 // A gathered copy of one block's parameters: a ring slot, or a buffer of its own when the block
 // keeps its parameters from forward to backward.
@@ -290,14 +290,17 @@ class BlockSequence final : public autograd::Function {
   }
 
   void reserve_rings(int slots) {
-    std::size_t bytes = 0;
+    std::size_t bytes = 0, staging = 0;
     std::int64_t grad = 0;
     for (auto* b : blocks_) {
       // One rank reduces nothing, and gathers nothing where the shard is the gathered values.
-      if (!b->storage().shard_is_gathered()) bytes = std::max(bytes, gather_bytes(b->storage()));
+      if (!binds_shard(b->storage())) bytes = std::max(bytes, b->storage().gather_bytes());
+      staging = std::max(staging, b->storage().gather_staging_bytes());
       if (!b->storage().whole() && b->storage().has_trainable()) grad = std::max(grad, b->storage().total());
     }
     if (bytes > 0) gather_ring().reserve(slots, static_cast<std::int64_t>(bytes));
+    // Gathers run one after another on the gather stream: one staging buffer serves them all.
+    if (staging > 0) gather_staging_ring().reserve(1, static_cast<std::int64_t>(staging));
     if (grad > 0) gradient_ring().reserve(2, grad);
   }
 
@@ -308,12 +311,12 @@ class BlockSequence final : public autograd::Function {
     Context& ctx = context();
     ShardedStorage& storage = blocks_[b]->storage();
     Gathered g;
-    if (storage.shard_is_gathered()) {
+    if (binds_shard(storage)) {
       g.buffer = storage.shard();
       return g;
     }
     if (blocks_kept(b)) {
-      g.buffer = Tensor::empty({static_cast<std::int64_t>(gather_bytes(storage))}, DType::u8);
+      g.buffer = Tensor::empty({static_cast<std::int64_t>(storage.gather_bytes())}, DType::u8);
     } else {
       g.slot = static_cast<int>(k % static_cast<std::size_t>(depth_ + 1));
       BufferRing::Slot& slot = gather_ring().slot(g.slot);
@@ -322,8 +325,10 @@ class BlockSequence final : public autograd::Function {
     }
     // The shard may just have been written by the optimizer on the compute stream.
     ctx.gather_stream().wait(ctx.compute_stream().record());
-    storage.all_gather_into(g.buffer, ctx.gather_comm(), ctx.gather_stream());
+    BufferRing::Slot* staging = storage.gather_staging_bytes() > 0 ? &gather_staging_ring().slot(0) : nullptr;
+    storage.gather_into(g.buffer, staging ? staging->buffer : Tensor(), ctx.gather_comm(), ctx.gather_stream());
     g.ready = ctx.gather_stream().record();
+    if (staging) staging->free = g.ready;  // its next user is the next gather, on the same stream
     return g;
   }
 

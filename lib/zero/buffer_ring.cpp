@@ -31,6 +31,7 @@ namespace {
 struct Rings {
   BufferRing gather{DType::u8};
   BufferRing gradient{DType::f32};
+  BufferRing gather_staging{DType::u8};
 };
 Rings& rings() {
   static std::unique_ptr<Rings> r;
@@ -45,5 +46,6 @@ Rings& rings() {
 
 BufferRing& gather_ring() { return rings().gather; }
 BufferRing& gradient_ring() { return rings().gradient; }
+BufferRing& gather_staging_ring() { return rings().gather_staging; }
 
 }  // namespace bmt

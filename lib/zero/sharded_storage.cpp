@@ -4,12 +4,14 @@
 
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
+#include "bmtrain/kernels/gather_packing.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/nn/parameter.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
 #include "bmtrain/tensor/allocator.hpp"
+#include "block_gather.hpp"
 
 namespace bmt {
 
@@ -26,14 +28,6 @@ TensorImpl view_impl(const Tensor& base, DType dtype, std::int64_t offset, const
   for (std::size_t i = shape.size(); i-- > 1;) impl.strides[i - 1] = impl.strides[i] * shape[i];
   impl.dtype = dtype;
   return impl;
-}
-
-// Rounds `n` f32 values to P on `space` (a stream's execution space).
-template <class P>
-void round_values(const Kokkos::DefaultExecutionSpace& space, const float* src, P* dst, std::int64_t n) {
-  Kokkos::parallel_for(
-      "bmt::round_values", Kokkos::RangePolicy<kernels::ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(std::int64_t i) { dst[i] = kernels::from_f32<P>(src[i]); });
 }
 
 // Elements a parameter of `numel` elements takes in the flat buffer, so that the next starts
@@ -265,16 +259,26 @@ void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Str
   const std::int64_t n = shard_size_;
   const DType to = dtype_;
   Stream* on = &stream;
-  stream.launch([on, src, mine, n, to] {
-    BMT_DISPATCH_FLOAT(to, "gather", P, { round_values<P>(on->space(), src, reinterpret_cast<P*>(mine), n); });
-  });
+  stream.launch([on, src, mine, n, to] { kernels::convert_on(on->space(), src, DType::f32, mine, to, n); });
   if (world_size_ > 1) comm.all_gather(mine, full.data(), count, dtype_, stream);
 }
 
 void ShardedStorage::bind(const Tensor& full) {
-  for (auto& e : entries_) {
-    TensorImpl v = view_impl(full, dtype_, e.offset, e.parameter.shape());
+  const GatherLayout& l = gather_layout();
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
     auto& impl = *e.parameter.impl();
+    if (l.float8[i]) {  // codes and scale in place of values
+      impl.storage.reset();
+      const auto codes_at = static_cast<std::int64_t>(l.at[i]);
+      const auto scale_at = static_cast<std::int64_t>(l.scales_at / sizeof(float)) + l.scale[i];
+      impl.param->float8_codes =
+          Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f8e4m3, codes_at, e.parameter.shape())));
+      impl.param->float8_scale_inv = Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f32, scale_at, {})));
+      continue;
+    }
+    const auto at = static_cast<std::int64_t>(l.at[i] / dtype_size(dtype_));
+    TensorImpl v = view_impl(full, dtype_, at, e.parameter.shape());
     impl.storage = v.storage;
     impl.offset = v.offset;
   }
@@ -282,7 +286,11 @@ void ShardedStorage::bind(const Tensor& full) {
 }
 
 void ShardedStorage::unbind() {
-  for (auto& e : entries_) e.parameter.impl()->storage.reset();
+  for (auto& e : entries_) {
+    e.parameter.impl()->storage.reset();
+    e.parameter.impl()->param->float8_codes = Tensor();
+    e.parameter.impl()->param->float8_scale_inv = Tensor();
+  }
   bound_ = false;
 }
 

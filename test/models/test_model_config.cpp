@@ -55,7 +55,16 @@ TEST(ModelConfig, ParameterCountIsTheBuiltModels) {
   }
 }
 
+// The element counts of block 0's parameters, in registration order.
+std::vector<std::int64_t> block_numels(CausalLM& model) {
+  std::vector<std::int64_t> numels;
+  for (const auto& [name, p] : model.named_parameters(""))
+    if (name.rfind("blocks.0.", 0) == 0) numels.push_back(p.numel());
+  return numels;
+}
+
 TEST(MemoryPlan, IsWhatTheBuiltModelPlans) {
+  int blocks_largest = 0;
   for (const auto& c : small_models())
     for (int world : {1, 3, 4}) {
       CausalLM model(c);
@@ -65,7 +74,28 @@ TEST(MemoryPlan, IsWhatTheBuiltModelPlans) {
       EXPECT_EQ(plan.parameters, c.parameter_count());
       EXPECT_EQ(plan.world_size, world);
       EXPECT_EQ(plan.dtype, c.dtype);
+      EXPECT_EQ(plan.largest_block_float8, 0) << c.arch;
+      // With fp8, the weights the built model gathers as float8 codes, where a block is the largest
+      // storage (the embedding, gathered in the model's dtype, may be larger).
+      CausalLMOptions fp8;
+      fp8.fp8 = true;
+      CausalLM fp8_model(c, fp8);
+      std::int64_t marked = 0;
+      for (const auto& [name, p] : fp8_model.named_parameters(""))
+        if (name.rfind("blocks.0.", 0) == 0 && p.impl()->param->gather_float8) marked += p.numel();
+      EXPECT_GT(marked, 0) << c.arch;
+      EXPECT_EQ(bmt::models::block_float8_elements(c, fp8), marked) << c.arch;
+      EXPECT_EQ(bmt::models::block_float8_elements(c, {}), 0) << c.arch;
+      std::int64_t block_storage = 0;  // one block's, as init_parameters makes it
+      for (const auto& size : bmt::planned_storage_sizes(fp8_model, world))
+        if (size == bmt::ShardedStorage::planned_total(block_numels(fp8_model), c.dtype, world)) block_storage = size;
+      const auto fp8_plan = bmt::models::memory_plan(c, fp8, world);
+      EXPECT_EQ(fp8_plan.largest_block, plan.largest_block) << c.arch;
+      EXPECT_EQ(fp8_plan.largest_block_float8, block_storage == plan.largest_block ? marked : 0)
+          << c.arch << " at " << world;
+      blocks_largest += block_storage == plan.largest_block ? 1 : 0;
     }
+  EXPECT_GT(blocks_largest, 0) << "no configuration whose block is its largest storage: the float8 count unchecked";
 }
 
 TEST(MemoryPlan, FollowsTheSchedulersRules) {

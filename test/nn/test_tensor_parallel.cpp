@@ -217,16 +217,27 @@ struct MlpBlock : bmt::Module {
   Tensor forward(const Tensor& rows) const { return down.forward_onto(rows, up.forward_gelu(norm.forward(rows))); }
 };
 
+// The same block with its products in FP8: inside a block list the weights are gathered as e4m3
+// codes, each tensor-parallel part under its own part's scale.
+struct Fp8MlpBlock : MlpBlock {
+  Fp8MlpBlock() {
+    up.set_fp8(true);
+    down.set_fp8(true);
+  }
+};
+
 // The same parameter names in both (blocks.i.up.weight, ...), so the same initial values.
+template <class Block = MlpBlock>
 struct BlockListModel : bmt::DistributedModule {
-  bmt::TransformerBlockList<MlpBlock> blocks{1};
+  bmt::TransformerBlockList<Block> blocks{1};
   BlockListModel() {
     for (int i = 0; i < 3; ++i) blocks.append();
     register_module("blocks", blocks);
   }
 };
+template <class Block = MlpBlock>
 struct PlainModel : bmt::DistributedModule {
-  bmt::nn::ModuleList<MlpBlock> blocks;
+  bmt::nn::ModuleList<Block> blocks;
   PlainModel() {
     for (int i = 0; i < 3; ++i) blocks.append();
     register_module("blocks", blocks);
@@ -236,12 +247,13 @@ struct PlainModel : bmt::DistributedModule {
 // Inside CheckpointBlocks (gathered ahead, recomputed in backward, gradients reduce-scattered) the
 // layers' collectives run again in the recompute, in the same order on every rank of the group:
 // the results are those of the layers outside blocks.
-TEST(TensorParallelLayers, LayersInATransformerBlockListMatchTheLayersOutsideBlocks) {
+template <class Block>
+void expect_blocks_match_plain_layers() {
   const std::int64_t rows = 2;
   const auto x = random_floats(rows * MlpBlock::kDim, 50u + static_cast<std::uint32_t>(bmt::rank()));
   const auto g = random_floats(rows * MlpBlock::kDim, 60u + static_cast<std::uint32_t>(bmt::rank()));
-  BlockListModel in_blocks;
-  PlainModel outside;
+  BlockListModel<Block> in_blocks;
+  PlainModel<Block> outside;
   bmt::init_parameters(in_blocks);
   bmt::init_parameters(outside);
   Tensor xb = leaf(x, {rows, MlpBlock::kDim}), xo = leaf(x, {rows, MlpBlock::kDim});
@@ -255,6 +267,16 @@ TEST(TensorParallelLayers, LayersInATransformerBlockListMatchTheLayersOutsideBlo
   const auto gb = bmt_test::parameter_grads(in_blocks), go = bmt_test::parameter_grads(outside);
   ASSERT_EQ(gb.size(), 18u);
   for (const auto& [name, grad] : go) expect_close(gb.at(name), grad, kTol, name.c_str());
+}
+
+TEST(TensorParallelLayers, LayersInATransformerBlockListMatchTheLayersOutsideBlocks) {
+  expect_blocks_match_plain_layers<MlpBlock>();
+}
+
+// In FP8 too: the codes a block gathers for each rank's part are those the layer outside blocks
+// makes of the part it gathers whole, so the products are the same.
+TEST(TensorParallelLayers, Fp8LayersInATransformerBlockListMatchTheLayersOutsideBlocks) {
+  expect_blocks_match_plain_layers<Fp8MlpBlock>();
 }
 
 template <class F>

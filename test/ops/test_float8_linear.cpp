@@ -68,6 +68,22 @@ TEST(Float8Scaling, AbsMaxAndScale) {
   float want = 0.0f;
   for (float v : big) want = std::max(want, std::fabs(v));
   EXPECT_EQ(scalar(kernels::abs_max(Tensor::from_floats(big, {100000}))), want);
+  // Odd lengths starting off a 16-byte boundary, in each dtype (the CUDA kernel's packed loads and
+  // their tail), with the largest magnitude at either end.
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    auto v = random_floats(40003, 7, -3.0f, 3.0f);
+    for (std::int64_t start : {0, 1, 5}) {
+      for (std::size_t at : {static_cast<std::size_t>(start), v.size() - 1}) {
+        auto w = v;
+        w[at] = -6.5f;
+        const Tensor part = Tensor::from_floats(w, {40003}, dt).slice(0, start, 40003);
+        float m = 0.0f;
+        for (float x : part.to_host_floats()) m = std::max(m, std::fabs(x));
+        EXPECT_EQ(scalar(kernels::abs_max(part)), m) << dtype_name(dt) << " from " << start << ", largest at " << at;
+        EXPECT_EQ(m, 6.5f);
+      }
+    }
+  }
 
   EXPECT_EQ(kernels::float8_scale(0.0f, 448.0f), 1.0f);
   EXPECT_EQ(kernels::float8_scale(2.0f, 448.0f), 224.0f);
@@ -365,6 +381,75 @@ TEST(Float8Linear, OutputsOnDemandGiveTheSameValuesAndGradients) {
   const auto plain = run(false, true), read = run(true, true), unread = run(true, false);
   EXPECT_EQ(read, plain);
   for (std::size_t i = 1; i < plain.size(); ++i) EXPECT_EQ(unread[i], plain[i]) << "gradient " << i;
+}
+
+// Codes transposed: element (r, c) of the input is element (c, r) of the output.
+TEST(Float8Scaling, TransposesCodes) {
+  const auto v = spread_floats(7 * 13, 95, 3.0f);
+  const Tensor x = Tensor::from_floats(v, {7, 13});
+  const kernels::Float8Matrix q = kernels::quantize_float8(x, 13, kernels::abs_max(x), DType::f8e4m3, true, true);
+  const Tensor t = kernels::transpose_float8(q.codes);
+  ASSERT_EQ(t.shape(), (Shape{13, 7}));
+  ASSERT_EQ(t.dtype(), DType::f8e4m3);
+  EXPECT_EQ(codes_of(t), codes_of(q.transposed));
+  const auto c = codes_of(q.codes), ct = codes_of(t);
+  for (std::size_t r = 0; r < 7; ++r)
+    for (std::size_t k = 0; k < 13; ++k) ASSERT_EQ(ct[k * 7 + r], c[r * 13 + k]) << r << "," << k;
+  EXPECT_THAT([&] { kernels::transpose_float8(x); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected contiguous f8e4m3 or f8e5m2 codes")));
+}
+
+// A weight quantized before the call (as a ZeRO block's float8 gather delivers it) gives the layer
+// float8_linear's own results bit for bit: output, input, weight and bias gradients, in a recording
+// forward, under outputs on demand (a recompute), and without a graph.
+TEST(Float8Linear, PreQuantizedWeightGivesTheSameResultsBitForBit) {
+  const std::int64_t rows = 24, in = 32, out = 40;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const auto xv = rounded(spread_floats(rows * in, 101, 4.0f), dt);
+    const auto wv = rounded(spread_floats(out * in, 102, 0.1f), dt);
+    const auto bv = rounded(random_floats(out, 103), dt);
+    const auto gv = rounded(spread_floats(rows * out, 104, 1e-3f), dt);
+    const auto run = [&](bool pre_quantized, bool on_demand) {
+      Tensor x = Tensor::from_floats(xv, {2, rows / 2, in}, dt).set_requires_grad(true);
+      Tensor w = Tensor::from_floats(wv, {out, in}, dt).set_requires_grad(true);
+      Tensor b = Tensor::from_floats(bv, {out}, dt).set_requires_grad(true);
+      Tensor y;
+      {
+        std::optional<autograd::OutputsOnDemandGuard> guard;
+        if (on_demand) guard.emplace();
+        if (pre_quantized) {
+          const kernels::Float8Matrix q = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e4m3);
+          y = float8_linear(x, w, q, b);
+        } else {
+          y = float8_linear(x, w, b);
+        }
+      }
+      const auto yv = y.to_host_floats();
+      y.backward(Tensor::from_floats(gv, {2, rows / 2, out}, dt));
+      return std::vector<std::vector<float>>{yv, x.grad().to_host_floats(), w.grad().to_host_floats(),
+                                             b.grad().to_host_floats()};
+    };
+    const std::string name = dtype_name(dt);
+    const auto own = run(false, false);
+    EXPECT_EQ(run(true, false), own) << name;
+    EXPECT_EQ(run(true, true), own) << name << " on demand";
+    NoGradGuard no_grad;
+    const Tensor x = Tensor::from_floats(xv, {rows, in}, dt), w = Tensor::from_floats(wv, {out, in}, dt);
+    const kernels::Float8Matrix q = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e4m3);
+    EXPECT_EQ(float8_linear(x, w, q).to_host_floats(), float8_linear(x, w).to_host_floats()) << name << " no graph";
+    // The codes are what is multiplied, not the weight's values: another weight's codes give its product.
+    const Tensor other = Tensor::from_floats(rounded(spread_floats(out * in, 105, 0.2f), dt), {out, in}, dt);
+    const kernels::Float8Matrix qo = kernels::quantize_float8(other, in, kernels::abs_max(other), DType::f8e4m3);
+    EXPECT_EQ(float8_linear(x, w, qo).to_host_floats(), float8_linear(x, other).to_host_floats()) << name;
+    // Codes of another shape than the weight's, or in e5m2, are refused.
+    kernels::Float8Matrix wrong = q;
+    wrong.codes = q.codes.view({in, out});
+    EXPECT_THAT([&] { float8_linear(x, w, wrong); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
+    wrong.codes = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e5m2).codes;
+    EXPECT_THAT([&] { float8_linear(x, w, wrong); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
+  }
 }
 
 TEST(Float8Linear, EmptyShapesAndMisuse) {

@@ -8,14 +8,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/nn/layers.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
 #include "bmtrain/zero/transformer_block_list.hpp"
 #include "common/float8_reference.hpp"
 #include "common/gathered_parameters.hpp"
+#include "common/host_reference.hpp"
 
 namespace {
 
@@ -118,6 +121,136 @@ TEST(Float8Blocks, MatchTheHostReferenceAtEveryWorldSize) {
     near(params[p + "weight"].second, gw[k], p + "weight.grad");
     near(params[p + "bias"].second, gb[k], p + "bias.grad");
   }
+}
+
+}  // namespace
+
+namespace {
+
+using bmt::testing::rounded;
+
+// A block whose FP8 layers' weights are gathered as e4m3 codes beside parameters gathered in bf16
+// (a norm, a bias), with sizes that spread each weight over several ranks' shards. Its forward
+// records what the block was given, to hold against the f32 master weights.
+constexpr std::int64_t kIn = 40, kOut = 72;
+struct MixedBlock : bmt::Module {
+  bmt::nn::LayerNorm norm{kIn, bmt::DType::bf16};
+  bmt::nn::Linear proj{kIn, kOut, /*with_bias=*/true, bmt::DType::bf16, bmt::init::normal(0.3f)};
+  bmt::nn::Linear back{kOut, kIn, /*with_bias=*/false, bmt::DType::bf16, bmt::init::normal(0.2f)};
+  struct Seen {
+    std::vector<std::uint8_t> proj_codes, back_codes;
+    float proj_scale_inv = 0, back_scale_inv = 0;
+    std::vector<float> bias, norm_weight;
+  };
+  mutable Seen seen;
+  MixedBlock() {
+    register_module("norm", norm);
+    register_module("proj", proj);
+    register_module("back", back);
+    proj.set_fp8(true);
+    back.set_fp8(true);
+  }
+  static std::vector<std::uint8_t> codes(const bmt::nn::Linear& l) {
+    const bmt::Tensor c = bmt::gathered_float8(l.weight).codes;
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(c.numel()));
+    c.copy_to_host(out.data(), out.size());
+    return out;
+  }
+  static float scale_inv(const bmt::nn::Linear& l) {
+    return bmt::gathered_float8(l.weight).scale_inv.to_host_floats()[0];
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) const {
+    seen = {codes(proj), codes(back), scale_inv(proj), scale_inv(back), proj.bias.gather().to_host_floats(),
+            norm.weight.gather().to_host_floats()};
+    return back.forward_onto(x, proj.forward(norm.forward(x)));
+  }
+};
+
+struct MixedModel : bmt::DistributedModule {
+  bmt::TransformerBlockList<MixedBlock> blocks{1};
+  MixedModel() {
+    for (int i = 0; i < 2; ++i) blocks.append();
+    register_module("blocks", blocks);
+  }
+};
+
+// Every rank's gathered codes and scale are the whole f32 master weight's, quantized at once as the
+// format's definition says: the scale agreed over the shard group is the whole tensor's, so the
+// codes are the same at every world size (and a world of one quantizes its master the same way).
+// The bias and the norm arrive as the master rounded to bf16.
+TEST(Float8Gather, CodesAreTheWholeMasterWeightsAtEveryWorldSize) {
+  MixedModel model;
+  bmt::init_parameters(model);
+  for (auto* s : bmt::sharded_storages(model)) s->hold_values_in_f32();  // as AdamW's master weights
+  {
+    bmt::NoGradGuard no_grad;
+    for (int k = 0; k < 2; ++k) {  // a block list runs every block: run one block at a time
+      const bmt::Tensor x = bmt::Tensor::from_floats(std::vector<float>(3 * kIn, 0.5f), {3, kIn}, bmt::DType::bf16);
+      model.blocks[static_cast<std::size_t>(k)](x);
+      const auto& seen = model.blocks[static_cast<std::size_t>(k)].block().seen;
+      // Outside its block the weight has no codes.
+      EXPECT_FALSE(bmt::gathered_float8(model.blocks[static_cast<std::size_t>(k)].block().proj.weight).codes.defined());
+      bmt::ShardedStorage& s = model.blocks[static_cast<std::size_t>(k)].storage();
+      ASSERT_TRUE(s.gathers_float8());
+      const auto master = bmt_test::all_gather(s.shard());
+      const std::string b = "blocks." + std::to_string(k) + ".";
+      const auto entry = [&](const std::string& name) {
+        for (const auto& e : s.entries())
+          if (e.name == b + name)
+            return std::vector<float>(master.begin() + e.offset, master.begin() + e.offset + e.numel);
+        ADD_FAILURE() << "no entry " << b + name;
+        return std::vector<float>();
+      };
+      const auto qp = float8_quantize(kE4M3, entry("proj.weight")), qb = float8_quantize(kE4M3, entry("back.weight"));
+      EXPECT_EQ(seen.proj_codes, qp.codes) << "block " << k;
+      EXPECT_EQ(seen.back_codes, qb.codes) << "block " << k;
+      EXPECT_EQ(seen.proj_scale_inv, qp.scale_inv) << "block " << k;
+      EXPECT_EQ(seen.back_scale_inv, qb.scale_inv) << "block " << k;
+      EXPECT_EQ(seen.bias, rounded(entry("proj.bias"), bmt::DType::bf16)) << "block " << k;
+      EXPECT_EQ(seen.norm_weight, rounded(entry("norm.weight"), bmt::DType::bf16)) << "block " << k;
+    }
+  }
+}
+
+// Two 64 x 64 FP8 weights and nothing else: a gather sends 1 byte an element in place of bf16's 2.
+struct Fp8OnlyBlock : bmt::Module {
+  bmt::nn::Linear a{64, 64, /*with_bias=*/false, bmt::DType::bf16}, b{64, 64, /*with_bias=*/false, bmt::DType::bf16};
+  Fp8OnlyBlock() {
+    register_module("a", a);
+    register_module("b", b);
+  }
+  void set_fp8(bool on) {
+    a.set_fp8(on);
+    b.set_fp8(on);
+  }
+  bmt::Tensor forward(const bmt::Tensor& x) const { return b.forward(a.forward(x)); }
+};
+
+TEST(Float8Gather, MovesHalfTheBytesOfBf16) {
+  struct M : bmt::DistributedModule {
+    bmt::TransformerBlockList<Fp8OnlyBlock> blocks{1};
+    M() {
+      blocks.append();
+      register_module("blocks", blocks);
+    }
+  } model;
+  bmt::init_parameters(model);
+  bmt::ShardedStorage& s = model.blocks[0].storage();
+  const int n = static_cast<int>(s.total() / s.shard_size());
+  const std::size_t bf16_wire = s.gather_wire_bytes(), bf16_buffer = s.gather_bytes();
+  EXPECT_EQ(bf16_wire, static_cast<std::size_t>(s.shard_size()) * 2);
+  EXPECT_EQ(s.gather_staging_bytes(), 0u);
+  model.blocks[0].block().set_fp8(true);
+  const std::size_t fp8_wire = s.gather_wire_bytes(), fp8_buffer = s.gather_bytes();
+  // 8192 elements split evenly into aligned shards (1, 2 or 4 ranks): exactly half. Otherwise the
+  // padding of the largest rank's chunk to the allocation alignment is all that is added.
+  if (8192 % (128 * n) == 0) EXPECT_EQ(2 * fp8_wire, bf16_wire) << n << " ranks";
+  EXPECT_LE(2 * fp8_wire, bf16_wire + 2 * bmt::kAllocationAlignment) << n << " ranks";
+  EXPECT_GE(fp8_wire * static_cast<std::size_t>(n), 8192u);
+  // The gathered buffer: the codes and one aligned unit for the two scales.
+  EXPECT_EQ(fp8_buffer, 8192u + bmt::kAllocationAlignment);
+  EXPECT_EQ(bf16_buffer, static_cast<std::size_t>(s.total()) * 2);  // the padded flat buffer
+  EXPECT_EQ(s.gather_staging_bytes(), n > 1 ? fp8_wire * static_cast<std::size_t>(n) : 0u);
 }
 
 }  // namespace

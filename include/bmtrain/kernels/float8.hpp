@@ -45,6 +45,10 @@ Tensor abs_max(const Tensor& x);
 Float8Matrix quantize_float8(const Tensor& x, std::int64_t cols, const Tensor& amax, DType format,
                              bool row_major = true, bool transposed = false);
 
+// codes [rows, cols] (float8, contiguous) transposed into a new [cols, rows] tensor of the same
+// codes: the layout the other operand of a product reads, made from codes quantized once.
+Tensor transpose_float8(const Tensor& codes);
+
 // What quantized values stand for: codes * scale_inv (an f32 [] device tensor) in dtype
 // (f32/bf16/f16), with codes' shape.
 Tensor dequantize_float8(const Tensor& codes, const Tensor& scale_inv, DType dtype);

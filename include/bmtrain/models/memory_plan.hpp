@@ -12,4 +12,8 @@ namespace bmt::models {
 
 optim::MemoryPlan memory_plan(const ModelConfig& config, const CausalLMOptions& options, int world_size);
 
+// Elements of one block's weights a gather moves as float8 codes under `options`: with fp8, its
+// linear layers' weights (the ones CausalLM switches to FP8), else 0.
+std::int64_t block_float8_elements(const ModelConfig& config, const CausalLMOptions& options);
+
 }  // namespace bmt::models

@@ -43,8 +43,12 @@ class Linear : public Module {
 
   // FP8: every forward above runs its matrix products through float8_linear (e4m3 activations
   // and weights, e5m2 gradients, per-tensor scales; ops/float8_linear.hpp); the GELU and the bias
-  // then take passes of their own. Off by default.
-  void set_fp8(bool on) { fp8_ = on; }
+  // then take passes of their own. In a CheckpointBlock the weight is then gathered as e4m3 codes
+  // (ParameterInfo::gather_float8), which the products read as they are. Off by default.
+  void set_fp8(bool on) {
+    fp8_ = on;
+    weight.impl()->param->gather_float8 = on;
+  }
   bool fp8() const { return fp8_; }
 
  private:

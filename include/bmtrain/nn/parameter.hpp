@@ -18,6 +18,9 @@
 namespace bmt {
 
 class ShardedStorage;
+namespace kernels {
+struct Float8Matrix;
+}
 
 // How a parameter is divided over the tensor-parallel group (runtime/mesh.hpp). The parameter's own
 // shape is this rank's part; the whole parameter has `whole_shape`. Along `dim` the whole is a
@@ -40,6 +43,12 @@ struct ParameterInfo {
   // Where the parameter lives once sharded (null while local or uninitialized).
   ShardedStorage* sharded = nullptr;
   std::int64_t offset = 0;  // first element within the storage's flat buffer
+  // A CheckpointBlock gathers this weight as e4m3 codes under one scale for the whole tensor (set
+  // by the FP8 linear layers' set_fp8): while gathered, the parameter has no values of its own, and
+  // float8_codes ([out, in], f8e4m3) and float8_scale_inv (f32 []) are views of the gather buffer
+  // that the layer's float8_linear reads in place of quantizing the weight.
+  bool gather_float8 = false;
+  Tensor float8_codes, float8_scale_inv;
 };
 
 class DistributedParameter : public Tensor {
@@ -60,5 +69,11 @@ using Parameter = DistributedParameter;
 
 // True if `t` is a parameter (made by DistributedParameter).
 inline bool is_parameter(const Tensor& t) { return t.defined() && t.impl()->param != nullptr; }
+
+// A weight its CheckpointBlock gathered as e4m3 codes (ParameterInfo::gather_float8), as the
+// Float8Matrix (codes and scale_inv; no transposed codes) float8_linear takes in place of the
+// weight's values; all undefined for any other tensor, and outside the block. (Float8Matrix is
+// bmtrain/kernels/float8.hpp's.)
+kernels::Float8Matrix gathered_float8(const Tensor& weight);
 
 }  // namespace bmt

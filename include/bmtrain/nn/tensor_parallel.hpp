@@ -50,8 +50,11 @@ class ColumnParallelLinear : public Module {
 
   std::int64_t in_features() const { return weight.size(1); }
   std::int64_t local_out_features() const { return weight.size(0); }
-  // float8_linear for the products, as nn::Linear::set_fp8.
-  void set_fp8(bool on) { fp8_ = on; }
+  // float8_linear for the products, the weight gathered as e4m3 codes, as nn::Linear::set_fp8.
+  void set_fp8(bool on) {
+    fp8_ = on;
+    weight.impl()->param->gather_float8 = on;
+  }
   bool fp8() const { return fp8_; }
 
  private:
@@ -76,7 +79,10 @@ class RowParallelLinear : public Module {
 
   std::int64_t local_in_features() const { return weight.size(1); }
   std::int64_t out_features() const { return weight.size(0); }
-  void set_fp8(bool on) { fp8_ = on; }
+  void set_fp8(bool on) {
+    fp8_ = on;
+    weight.impl()->param->gather_float8 = on;
+  }
   bool fp8() const { return fp8_; }
 
  private:

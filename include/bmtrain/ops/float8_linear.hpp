@@ -19,6 +19,7 @@
 //
 // The host build computes the same codes and scales and multiplies them exactly widened to f32,
 // so its results are the GPU's up to the order of f32 additions.
+#include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt {
@@ -26,5 +27,14 @@ namespace bmt {
 // y = x W^T + b like linear(): x [..., in], weight [out, in], bias [out] or undefined; x, weight
 // and bias of one floating dtype.
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// The same with the weight already quantized: weight_codes.codes ([out, in], f8e4m3) and
+// .scale_inv stand for the weight, which is read for nothing but its shape, dtype and gradient (a
+// ZeRO block that gathered the weight as codes has no values for it). No amax or cast of the weight
+// is made: forward reads the codes, and a recording forward transposes them once for backward.
+// Given the codes quantize_float8(weight, in, abs_max(weight), f8e4m3) makes, the results are
+// float8_linear(x, weight, bias)'s bit for bit.
+Tensor float8_linear(const Tensor& x, const Tensor& weight, const kernels::Float8Matrix& weight_codes,
+                     const Tensor& bias = Tensor());
 
 }  // namespace bmt

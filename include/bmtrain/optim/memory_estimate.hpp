@@ -29,6 +29,10 @@ namespace bmt::optim {
 struct MemoryPlan {
   std::int64_t parameters = 0;     // every parameter of the model
   std::int64_t largest_block = 0;  // elements of the largest CheckpointBlock (ShardedStorage::total())
+  // Of those, the elements of weights gathered as float8 codes (FP8 linear layers' weights,
+  // ParameterInfo::gather_float8): 1 byte each in a gather buffer, and, across ranks, a staging
+  // buffer the size of one gather buffer beside the ring (ShardedStorage::gather_into).
+  std::int64_t largest_block_float8 = 0;
   int world_size = 1;              // the ranks sharing each parameter: the shard group's
   int replicas = 1;                // copies of the shards (node sharding's nodes): with more than
                                    // one, gradients are reduced even where world_size is 1

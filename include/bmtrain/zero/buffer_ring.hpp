@@ -34,8 +34,10 @@ class BufferRing {
   std::vector<Slot> slots_;
 };
 
-// The rings the ZeRO layer shares: gathered parameters (bytes) and block gradients (f32).
+// The rings the ZeRO layer shares: gathered parameters (bytes), block gradients (f32), and the
+// staging buffer (bytes, one slot) a gather of float8 weights across ranks lands in first.
 BufferRing& gather_ring();
 BufferRing& gradient_ring();
+BufferRing& gather_staging_ring();
 
 }  // namespace bmt

@@ -9,6 +9,7 @@
 // and the gradient is averaged over the replicas too (reduce_gradient).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,7 @@ class ShardedStorage {
   bool whole() const { return world_size_ == 1 && replicas_ == 1; }
   // The shard is the gathered values as it is: a shard group of one, holding its values in dtype().
   // Otherwise a gather (all_gather_into) makes them, rounding from f32 where the values are held so.
+  // (A block whose weights are gathered as float8 gathers even so: gather_into.)
   bool shard_is_gathered() const { return world_size_ == 1 && shard_.dtype() == dtype_; }
   // For a whole storage: points every trainable parameter's .grad at its place in the gradient
   // shard, in place of a buffer to reduce (parts that hold no values since zero_grad are bound so,
@@ -94,7 +96,28 @@ class ShardedStorage {
   // held in f32 are rounded to dtype() on `stream` into this rank's part of `full`, which is then
   // gathered in place.
   void all_gather_into(const Tensor& full, Communicator& comm, Stream& stream) const;
-  // Points every parameter at its place in `full` (gathered values) / back to nothing.
+  // The gather a CheckpointBlock makes (gather_into): every parameter's values in dtype(), but a
+  // weight marked ParameterInfo::gather_float8 (an FP8 linear layer's) as e4m3 codes, 1 byte an
+  // element, under the scale of the whole weight: each rank takes the absolute maximum of its piece,
+  // the shard group agrees on the maximum (all-reduce), and each rank quantizes its piece under it,
+  // so the codes are those of the whole tensor quantized at once, at any world size. Codes and
+  // values travel in one all-gather of each rank's pieces (a chunk of gather_wire_bytes()) through
+  // a staging buffer, and are then moved to their places in `full`.
+  bool gathers_float8() const;
+  // Bytes of the buffer a gather_into fills: total() * dtype size without float8 weights.
+  std::size_t gather_bytes() const;
+  // Bytes of the staging buffer gather_into needs: the wire form of every rank's chunk, across
+  // ranks with float8 weights; 0 otherwise (the gather lands in place).
+  std::size_t gather_staging_bytes() const;
+  // Bytes each rank contributes to a gather: its chunk with float8 weights, its shard in dtype()
+  // otherwise.
+  std::size_t gather_wire_bytes() const;
+  // Gathers into `full` (gather_bytes()), queued on `stream`, through `staging`
+  // (gather_staging_bytes(); undefined when that is 0). Without float8 weights, all_gather_into.
+  void gather_into(const Tensor& full, const Tensor& staging, Communicator& comm, Stream& stream);
+  // Points every parameter at its place in `full` (a gather_into's, or the shard where
+  // shard_is_gathered() and no weight is gathered as float8; a float8 weight gets its codes and
+  // scale in ParameterInfo, and no values) / back to nothing.
   void bind(const Tensor& full);
   void unbind();
   bool is_bound() const { return bound_; }
@@ -168,6 +191,9 @@ class ShardedStorage {
   Slice checkpoint_slice(const Entry& e) const { return replica_rank_ == 0 ? local_slice(e) : Slice{}; }
 
  private:
+  struct GatherLayout;  // lib/zero/block_gather.hpp
+  // The layout for the entries' current gather_float8 marks (made again when they change).
+  const GatherLayout& gather_layout() const;
   // grad_shard_ as it is; allocated on first use, standing for zeros (stale, or its parts unwritten)
   const Tensor& grad_shard_holder();
   // grad_shard_holder() for the compute stream to write: it waits for gradient_read() first.
@@ -199,6 +225,8 @@ class ShardedStorage {
   Event gradient_read_;        // gradient_read(): writers of the gradient shard wait for it
   GradientListener listener_;
   std::uint64_t gradient_version_ = 0;
+  mutable std::unique_ptr<GatherLayout> gather_layout_;
+  Tensor gather_amax_;  // f32, one a float8 weight: their absolute maxima, agreed over the group
 };
 
 }  // namespace bmt
