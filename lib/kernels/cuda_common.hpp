@@ -231,7 +231,7 @@ __device__ __forceinline__ void store(T* __restrict__ p, const float (&f)[N]) {
 
 // Elements per 16-byte load of T.
 template <class T>
-constexpr int vec_of() {
+__host__ __device__ constexpr int vec_of() {
   return static_cast<int>(16 / sizeof(T));
 }
 
