@@ -62,6 +62,19 @@ void ModelConfig::validate() const {
   BMT_REQUIRE(is_floating(dtype), "model dtype: expected f32, bf16 or f16, found " << dtype_name(dtype));
 }
 
+void ModelConfig::check_tensor_parallel(int tp) const {
+  BMT_REQUIRE(tp >= 1, "tensor parallelism: expected tp >= 1, found " << tp);
+  if (tp == 1) return;
+  const std::int64_t kv = kv_head_count();
+  const bool splits = heads % tp == 0 && (kv % tp == 0 || tp % kv == 0) && ffn % tp == 0 && vocab % tp == 0;
+  BMT_REQUIRE(splits, "tensor parallelism: expected heads, ffn and vocab divisible by tp and kv_heads divisible by "
+                      "or dividing tp, found heads "
+                          << heads << ", kv_heads " << kv << ", ffn " << ffn << ", vocab " << vocab << ", tp " << tp);
+  BMT_REQUIRE(dropout == 0.0f, "tensor parallelism: expected dropout 0 at tp " << tp << ", found " << dropout
+                                                                               << " (each rank's mask would be drawn "
+                                                                                  "for its own rows)");
+}
+
 init::Fn residual_projection_init(const ModelConfig& c) {
   return init::normal(c.init_std / std::sqrt(2.0f * static_cast<float>(c.layers)));
 }

@@ -61,6 +61,11 @@ struct ModelConfig {
   }
   // Throws bmt::Error naming the first field that is out of range or inconsistent with another.
   void validate() const;
+  // Throws bmt::Error with one line naming heads, kv_heads, ffn, vocab and tp unless the model can
+  // be split over `tp` tensor-parallel ranks: attention by heads (key/value heads split when
+  // kv_heads % tp == 0, replicated when tp % kv_heads == 0), the MLP by its hidden size, the
+  // vocabulary by rows, and no dropout at tp > 1 (its mask is drawn per rank's rows).
+  void check_tensor_parallel(int tp) const;
 };
 
 // The initializer of the projections that write into the residual stream (GPT-2's and Llama's
