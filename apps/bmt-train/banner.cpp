@@ -37,7 +37,8 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   p.gathers_per_pass = o.eval_only || o.zero_level == 2 ? 1 : 2;
   p.micro_batches = f.accumulation;
   const StepTraffic t = step_traffic(p);
-  return std::string("shard group ") + bmt::shard_group_name(mesh.shard_group) + " (" +
+  return "mesh tp " + std::to_string(mesh.tp_size) + " x dp " + std::to_string(mesh.dp_size) + "  shard group " +
+         bmt::shard_group_name(mesh.shard_group) + " (" +
          std::to_string(mesh.shard_size) + " rank" + (mesh.shard_size > 1 ? "s" : "") +
          (mesh.replica_count > 1 ? ", " + std::to_string(mesh.replica_count) + " replicas" : std::string()) +
          ")  a rank sends " + bytes_text(t.inside_node) + " inside its node and " + bytes_text(t.outside_node) +

@@ -207,6 +207,16 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     BMT_REQUIRE(o.moments != "bf16" || beta <= bmt::optim::kMaxBf16MomentBeta,
                 flag << ": expected at most " << bmt::optim::kMaxBf16MomentBeta << " with --moments bf16, found "
                      << beta);
+  if (o.tp > 1) {
+    // Checkpoints and Hugging Face files hold whole tensors; a tensor-parallel rank holds parts of
+    // them, and the writers and readers place whole tensors only. Logits are whole rows, which no
+    // rank has.
+    for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--resume", o.resume},
+                                      std::pair{"--init-from", o.init_from}, std::pair{"--export-hf", o.export_hf},
+                                      std::pair{"--eval-logits", o.eval_logits}})
+      BMT_REQUIRE(value.empty(), "--tp " << o.tp << ": expected no " << flag << " (supported at --tp 1), found " << flag
+                                         << " " << value);
+  }
   if (o.eval_only) {
     BMT_REQUIRE(!o.val_data.empty(), "--eval-only: expected --val-data token files to evaluate on, found none");
     for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--export-hf", o.export_hf}})
@@ -222,6 +232,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
 bmt::InitOptions init_options(const TrainOptions& o) {
   bmt::InitOptions init;
   init.shard_group = bmt::parse_shard_group(o.shard_group, "--shard-group");
+  init.tp_size = o.tp;
   return init;
 }
 

@@ -286,3 +286,38 @@ TEST(TensorParallelLayers, SizesThatDoNotDivideByTpAreRefused) {
 }
 
 }  // namespace
+
+// PartMap: each element of a part is the whole tensor's element that part_of (the layout written out
+// by hand) puts there, and runs() covers any range of the part with maximal runs of consecutive
+// whole indices. Fused parts, column and row splits, a bias and the replicated case.
+TEST(TensorParallelLayers, PartMapAddressesTheWholeTensor) {
+  const std::int64_t tp = bmt::tp_size();
+  bmt::nn::ColumnParallelLinear fused(6, 12 * tp, true, bmt::DType::f32, bmt::init::Fn{}, {4 * tp, 4 * tp, 4 * tp});
+  bmt::nn::ColumnParallelLinear column(5, 2 * tp);
+  bmt::nn::RowParallelLinear row(3 * tp, 7);
+  for (const bmt::DistributedParameter* p : {&fused.weight, &fused.bias, &column.weight, &row.weight, &row.bias}) {
+    const bmt::TensorParallelSplit& split = split_of(*p);
+    const bmt::Shape whole = bmt::whole_shape(*p);
+    std::int64_t whole_numel = 1;
+    for (auto d : whole) whole_numel *= d;
+    std::vector<float> index(static_cast<std::size_t>(whole_numel));
+    for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<float>(i);
+    const auto want = bmt_test::part_of(index, split);
+    ASSERT_EQ(static_cast<std::int64_t>(want.size()), p->numel());
+    const bmt::PartMap map = bmt::PartMap::of(*p);
+    for (std::int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(map.whole_index(i), static_cast<std::int64_t>(want[i])) << i;
+    for (std::int64_t first : {std::int64_t{0}, std::int64_t{1}, p->numel() / 2}) {
+      const std::int64_t count = p->numel() - first - (first > 0 ? 1 : 0);
+      std::int64_t next = first;
+      const auto runs = map.runs(first, count);
+      for (std::size_t r = 0; r < runs.size(); ++r) {
+        EXPECT_EQ(runs[r].part_first, next);
+        for (std::int64_t k = 0; k < runs[r].count; ++k)
+          ASSERT_EQ(runs[r].whole_first + k, static_cast<std::int64_t>(want[next + k]));
+        if (r > 0) EXPECT_NE(runs[r - 1].whole_first + runs[r - 1].count, runs[r].whole_first) << "runs not merged";
+        next += runs[r].count;
+      }
+      EXPECT_EQ(next, first + count);
+    }
+  }
+}
