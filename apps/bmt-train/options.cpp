@@ -207,16 +207,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     BMT_REQUIRE(o.moments != "bf16" || beta <= bmt::optim::kMaxBf16MomentBeta,
                 flag << ": expected at most " << bmt::optim::kMaxBf16MomentBeta << " with --moments bf16, found "
                      << beta);
-  if (o.tp > 1) {
-    // Checkpoints and Hugging Face files hold whole tensors; a tensor-parallel rank holds parts of
-    // them, and the writers and readers place whole tensors only. Logits are whole rows, which no
-    // rank has.
-    for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--resume", o.resume},
-                                      std::pair{"--init-from", o.init_from}, std::pair{"--export-hf", o.export_hf},
-                                      std::pair{"--eval-logits", o.eval_logits}})
-      BMT_REQUIRE(value.empty(), "--tp " << o.tp << ": expected no " << flag << " (supported at --tp 1), found " << flag
-                                         << " " << value);
-  }
+  // Logits are whole rows of the vocabulary, which no rank of a tensor-parallel group holds.
+  BMT_REQUIRE(o.tp == 1 || o.eval_logits.empty(),
+              "--tp " << o.tp << ": expected no --eval-logits (whole logits need --tp 1), found --eval-logits "
+                      << o.eval_logits);
   if (o.eval_only) {
     BMT_REQUIRE(!o.val_data.empty(), "--eval-only: expected --val-data token files to evaluate on, found none");
     for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--export-hf", o.export_hf}})

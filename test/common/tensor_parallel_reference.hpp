@@ -4,6 +4,7 @@
 // differences of a loss summed over the tensor-parallel group.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <mpi.h>
 #include <string>
@@ -100,12 +101,14 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 
 // name -> every parameter of `model` whole: each rank's part gathered over the shard group, the
 // parts gathered over the tensor-parallel group and put in place by part_of (not by the library's
-// PartMap, which this checks); a replicated parameter is this rank's own.
-inline std::map<std::string, std::vector<float>> whole_parameters(bmt::Module& model) {
+// PartMap, which this checks); a replicated parameter is this rank's own. `shard_of` gives the
+// per-storage tensor laid out as the shard (by default the values; an optimizer's state works alike).
+inline std::map<std::string, std::vector<float>> whole_parameters(
+    bmt::Module& model, const std::function<bmt::Tensor(const bmt::ShardedStorage&)>& shard_of = {}) {
   std::map<std::string, std::vector<float>> out;
   const MPI_Comm group = bmt::context().mpi_tp_comm();
   for (auto* s : bmt::sharded_storages(model)) {
-    const auto v = gather_shards(s->shard());
+    const auto v = gather_shards(shard_of ? bmt::contiguous(shard_of(*s)) : s->shard());
     for (const auto& e : s->entries()) {
       std::vector<float> part(v.begin() + e.offset, v.begin() + e.offset + e.numel);
       const bmt::TensorParallelSplit& split = e.parameter.impl()->param->tp;
