@@ -24,7 +24,7 @@ expect_usage_error() {  # WHAT PATTERN NP ARGS...: exit code 2 and a one-line er
   [ "$(echo "$out" | grep -c "bmt-train: error:")" -eq 1 ] || fail "$what: expected one error line, found: $out"
   echo "$out" | grep -q "bmt-train: error: .*$pattern" || fail "$what: expected an error naming '$pattern', found: $out"
 }
-expect_usage_error "a tp that does not divide the world" "tp_size 3 .*4" 4 "${tiny[@]}" --steps 1 --tp 3
+expect_usage_error "a tp that does not divide the world" "expected a divisor of the world size 4, found 3" 4 "${tiny[@]}" --steps 1 --tp 3
 expect_usage_error "a tp that does not divide the heads" "heads 4, kv_heads 4, ffn 256, vocab 256, tp 8" 8 \
   "${tiny[@]}" --steps 1 --tp 8 --batch 8 --micro-batch 8
 expect_usage_error "a tp that does not divide the vocabulary" "vocab 255, tp 2" 2 "${tiny[@]}" --steps 1 --tp 2 \
