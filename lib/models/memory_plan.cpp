@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/zero/sharded_storage.hpp"
 
 namespace bmt::models {
@@ -9,7 +10,8 @@ namespace bmt::models {
 namespace {
 
 // The largest storage init_parameters would make for the model: one block's (all blocks are
-// alike), or a parameter outside the blocks (the embedding, the head).
+// alike, built at the mesh's tp), or a parameter outside the blocks (this rank's vocabulary rows of
+// the embedding and the head, GPT-2's positions whole).
 std::int64_t largest_storage(const ModelConfig& c, int world) {
   std::vector<std::int64_t> sizes;
   if (c.arch == "gpt2") {
@@ -19,7 +21,7 @@ std::int64_t largest_storage(const ModelConfig& c, int world) {
     CheckpointBlock<LlamaBlock> block(CheckpointOptions{}, c);
     sizes = planned_storage_sizes(block, world);
   }
-  for (std::int64_t rows : {c.vocab, c.arch == "gpt2" ? c.max_seq : std::int64_t{0}})
+  for (std::int64_t rows : {c.vocab / tp_size(), c.arch == "gpt2" ? c.max_seq : std::int64_t{0}})
     if (rows > 0) sizes.push_back(ShardedStorage::planned_total({rows * c.dim}, c.dtype, world));
   return *std::max_element(sizes.begin(), sizes.end());
 }
@@ -29,7 +31,8 @@ std::int64_t largest_storage(const ModelConfig& c, int world) {
 optim::MemoryPlan memory_plan(const ModelConfig& c, const CausalLMOptions& options, int world_size) {
   c.validate();
   optim::MemoryPlan plan;
-  plan.parameters = c.parameter_count();
+  c.check_tensor_parallel(tp_size());
+  plan.parameters = c.parameter_count(tp_size());
   plan.largest_block = largest_storage(c, world_size);
   plan.world_size = world_size;
   plan.dtype = c.dtype;

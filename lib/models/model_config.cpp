@@ -7,18 +7,21 @@
 
 namespace bmt::models {
 
-std::int64_t ModelConfig::block_parameter_count() const {
+std::int64_t ModelConfig::block_parameter_count(int tp) const {
   const std::int64_t C = dim, F = ffn, K = kv_head_count() * head_dim();
-  if (arch == "gpt2") return 2 * 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
-  return 2 * C + 2 * C * C + 2 * K * C + 3 * C * F;  // norms, q and o, k and v, the SwiGLU MLP
+  if (arch == "gpt2")  // norms; QKV, the MLP's first projection: split; the output projections' biases: whole
+    return 2 * 2 * C + (3 * C * C + 3 * C) / tp + (C * C / tp + C) + (F * C + F) / tp + (C * F / tp + C);
+  // norms, q and o, k and v (whole when there are fewer key/value heads than ranks), the SwiGLU MLP
+  const std::int64_t kv = kv_head_count() % tp == 0 ? 2 * K * C / tp : 2 * K * C;
+  return 2 * C + 2 * C * C / tp + kv + 3 * C * F / tp;
 }
 
-std::int64_t ModelConfig::parameter_count() const {
+std::int64_t ModelConfig::parameter_count(int tp) const {
   const std::int64_t C = dim;
-  // wte, wpe and ln_f; or the embedding and the final norm.
-  std::int64_t outside = arch == "gpt2" ? vocab * C + max_seq * C + 2 * C : vocab * C + C;
-  if (!tie_embeddings) outside += vocab * C;  // a head of its own
-  return layers * block_parameter_count() + outside;
+  // wte (split by vocabulary rows), wpe and ln_f (whole); or the embedding and the final norm.
+  std::int64_t outside = arch == "gpt2" ? vocab * C / tp + max_seq * C + 2 * C : vocab * C / tp + C;
+  if (!tie_embeddings) outside += vocab * C / tp;  // a head of its own
+  return layers * block_parameter_count(tp) + outside;
 }
 
 void ModelConfig::validate() const {
