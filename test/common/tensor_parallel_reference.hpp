@@ -104,7 +104,7 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 // PartMap, which this checks); a replicated parameter is this rank's own. `shard_of` gives the
 // per-storage tensor laid out as the shard (by default the values; an optimizer's state works alike).
 inline std::map<std::string, std::vector<float>> whole_parameters(
-    bmt::Module& model, const std::function<bmt::Tensor(const bmt::ShardedStorage&)>& shard_of = {}) {
+    bmt::Module& model, const std::function<bmt::Tensor(bmt::ShardedStorage&)>& shard_of = {}) {
   std::map<std::string, std::vector<float>> out;
   const MPI_Comm group = bmt::context().mpi_tp_comm();
   for (auto* s : bmt::sharded_storages(model)) {
