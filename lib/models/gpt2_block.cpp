@@ -77,7 +77,9 @@ Tensor GPT2Block::residual(const Tensor& x, const nn::RowParallelLinear& proj, c
 
 Tensor GPT2Block::dropout(const Tensor& x) const {
   if (c.dropout <= 0.0f || !is_training()) return x;
-  return bmt::dropout(x, c.dropout, random::next_key(), true);
+  // x is this rank's rows of the group's [N, C]: their mask is the whole matrix's from its first row.
+  const auto first = static_cast<std::uint64_t>(tp_rank()) * static_cast<std::uint64_t>(x.numel());
+  return bmt::dropout(x, c.dropout, random::next_key(), true, first);
 }
 
 }  // namespace bmt::models

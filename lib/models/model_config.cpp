@@ -73,9 +73,6 @@ void ModelConfig::check_tensor_parallel(int tp) const {
   BMT_REQUIRE(splits, "tensor parallelism: expected heads, ffn and vocab divisible by tp and kv_heads divisible by "
                       "or dividing tp, found heads "
                           << heads << ", kv_heads " << kv << ", ffn " << ffn << ", vocab " << vocab << ", tp " << tp);
-  BMT_REQUIRE(dropout == 0.0f, "tensor parallelism: expected dropout 0 at tp " << tp << ", found " << dropout
-                                                                               << " (each rank's mask would be drawn "
-                                                                                  "for its own rows)");
 }
 
 init::Fn residual_projection_init(const ModelConfig& c) {

@@ -1,6 +1,7 @@
 // Tensor parallelism end to end: GPT-2 and two grouped-query Llamas (key/value heads split over the
 // tp group, and fewer key/value heads than tp ranks, replicated) built at tp 1 and trained in f32,
-// two micro-batches a step, with AdamW and with SGD clipped to a gradient norm below every step's.
+// two micro-batches a step, with AdamW and with SGD clipped to a gradient norm below every step's;
+// and GPT-2 with dropout at dp 1.
 // The 1-rank run writes each run's initial parameters, per-step losses, gradient norms and final
 // parameters to BMT_GOLDEN_FILE; runs at tp 2 (x dp 1 or 2) must start from exactly the same whole
 // parameters and agree at every step.
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 
@@ -30,9 +32,11 @@ constexpr int kSteps = 8, kMicroBatches = 2;
 
 // The small models with a vocabulary that divides by 2, and Llamas of 4 query heads.
 bmt::models::ModelConfig config(const std::string& name) {
-  auto c = small_gpt::config(name == "gpt2" ? "gpt2" : "llama", 2);
+  const bool gpt2 = name.rfind("gpt2", 0) == 0;
+  auto c = small_gpt::config(gpt2 ? "gpt2" : "llama", 2);
   c.vocab = 68;
-  if (name != "gpt2") {
+  if (name == "gpt2-dropout") c.dropout = 0.1f;
+  if (!gpt2) {
     c.heads = 4;
     c.kv_heads = name == "llama-kv2" ? 2 : 1;
   }
@@ -138,6 +142,9 @@ TEST(GptEquivalenceTp, SameInitLossesNormsAndParametersAsOneRank) {
   std::vector<TrainingRun> runs;
   for (const char* name : kRuns)
     for (bool sgd : {false, true}) runs.push_back(train(name, sgd));
+  // Dropout's mask is the whole [N, C] matrix's at any tp (each rank's rows offset by their first
+  // element); data parallelism splits the sequences differently, so this run is compared at dp 1.
+  if (bmt::dp_size() == 1) runs.push_back(train("gpt2-dropout", false));
   // The loss must actually fall, or the comparison proves little.
   for (const auto& r : runs) {
     bmt::print_rank("losses: first ", r.losses.front(), ", last ", r.losses.back());
@@ -151,7 +158,8 @@ TEST(GptEquivalenceTp, SameInitLossesNormsAndParametersAsOneRank) {
   const auto golden = load(path, runs.size());
   ASSERT_EQ(golden.size(), runs.size()) << "could not read " << path << " (written by the 1-rank run)";
   for (std::size_t k = 0; k < runs.size(); ++k) {
-    const std::string run = std::string(kRuns[k / 2]) + (k % 2 ? " (clipped SGD)" : " (AdamW)");
+    const std::string run = k / 2 < std::size(kRuns) ? std::string(kRuns[k / 2]) + (k % 2 ? " (clipped SGD)" : " (AdamW)")
+                                                      : std::string("gpt2 with dropout (AdamW)");
     // Initialization addresses the whole tensor: bit for bit the 1-rank values.
     ASSERT_EQ(runs[k].initial.size(), golden[k].initial.size()) << run;
     for (std::size_t i = 0; i < runs[k].initial.size(); ++i)

@@ -66,7 +66,7 @@ struct ModelConfig {
   // Throws bmt::Error with one line naming heads, kv_heads, ffn, vocab and tp unless the model can
   // be split over `tp` tensor-parallel ranks: attention by heads (key/value heads split when
   // kv_heads % tp == 0, replicated when tp % kv_heads == 0), the MLP by its hidden size, the
-  // vocabulary by rows, and no dropout at tp > 1 (its mask is drawn per rank's rows).
+  // vocabulary by rows.
   void check_tensor_parallel(int tp) const;
 };
 
