@@ -18,6 +18,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Token ids [batch, seq] of at most the model's positions.
+void check_tokens(const Tensor& tokens, const ModelConfig& c) {
+  BMT_REQUIRE(tokens.dim() == 2, "model input: expected token ids [batch, seq], found " << to_string(tokens.shape()));
+  const std::int64_t T = tokens.size(1);
+  BMT_REQUIRE(T <= c.max_seq, "model input: expected a sequence of at most " << c.max_seq << " tokens, found " << T);
+}
+
 }  // namespace
 
 CheckpointOptions block_options(const CausalLMOptions& options, std::int64_t layers, std::int64_t i) {
@@ -64,9 +71,8 @@ CausalLM::CausalLM(const ModelConfig& c, const CausalLMOptions& options)
 }
 
 Tensor CausalLM::hidden(const Tensor& tokens) {
-  BMT_REQUIRE(tokens.dim() == 2, "model input: expected token ids [batch, seq], found " << to_string(tokens.shape()));
+  check_tokens(tokens, c_);
   const std::int64_t T = tokens.size(1);
-  BMT_REQUIRE(T <= c_.max_seq, "model input: expected a sequence of at most " << c_.max_seq << " tokens, found " << T);
   Tensor x = embedding(tokens, wte.gather());
   if (c_.arch == "gpt2") {
     // Made once per length: a host-to-device copy waits for the device, which a step must not.
@@ -81,10 +87,11 @@ Tensor CausalLM::hidden(const Tensor& tokens) {
   return norm->forward(llama_blocks(x));
 }
 
+// The same model on sequence-parallel rows. At tp 1 hidden() runs instead, with the plain lookup
+// and the blocks on [B, T, C], so that the numbers are those of the model without tensor parallelism.
 Tensor CausalLM::hidden_rows(const Tensor& tokens) {
-  BMT_REQUIRE(tokens.dim() == 2, "model input: expected token ids [batch, seq], found " << to_string(tokens.shape()));
+  check_tokens(tokens, c_);
   const std::int64_t B = tokens.size(0), T = tokens.size(1), tp = tp_size();
-  BMT_REQUIRE(T <= c_.max_seq, "model input: expected a sequence of at most " << c_.max_seq << " tokens, found " << T);
   BMT_REQUIRE((B * T) % tp == 0, "model input: expected batch * seq divisible by tp " << tp << ", found " << B << " * "
                                                                                       << T);
   // Each rank looks up the ids of its vocabulary rows; the sum over the group lands in its rows.

@@ -29,6 +29,8 @@ expect_usage_error "a tp that does not divide the heads" "heads 4, kv_heads 4, f
   "${tiny[@]}" --steps 1 --tp 8 --batch 8 --micro-batch 8
 expect_usage_error "a tp that does not divide the vocabulary" "vocab 255, tp 2" 2 "${tiny[@]}" --steps 1 --tp 2 \
   --vocab 255
+expect_usage_error "whole logits at tp 2" "--tp 2: expected no --eval-logits" 2 "${tiny[@]}" --steps 1 --tp 2 \
+  --eval-logits "$work/logits.bin"
 out=$(BMT_TEST_NODE_SIZE=1 run 2 "${tiny[@]}" --steps 1 --tp 2 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "bmt-train: error: .*node" \
   || fail "a tp group crossing a node: expected a one-line error naming the node, found ($rc): $out"
@@ -62,6 +64,14 @@ grep -q "mesh tp 2 x dp 2" "$work/tp2dp2.out" || fail "the banner does not state
 BMT_TEST_NODE_SIZE=2 run 4 "${tiny[@]}" --steps 6 --tp 2 --shard-group node --metrics "$work/tp2node.jsonl" \
   >/dev/null || fail "tp 2 with --shard-group node failed"
 near "$work/one.jsonl" "$work/tp2node.jsonl" "tp 2 x dp 2 with node sharding against 1 rank"
+
+# FP8 at tp 2: each rank scales its own part; it trains within FP8's rounding of bf16.
+run 2 "${tiny[@]}" --steps 6 --tp 2 --dtype bf16 --metrics "$work/bf16.jsonl" >/dev/null || fail "the bf16 tp 2 run failed"
+run 2 "${tiny[@]}" --steps 6 --tp 2 --dtype bf16 --fp8 --metrics "$work/fp8.jsonl" >/dev/null \
+  || fail "the FP8 tp 2 run failed"
+paste <(field "$work/bf16.jsonl" loss) <(field "$work/fp8.jsonl" loss) | \
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if (NF != 4 || d > 0.05 * $2) bad = 1 } END { exit bad || NR != 6 }' \
+  || fail "FP8 at tp 2: losses not within 5% of bf16's"
 
 # Checkpoints hold whole tensors: one saved at tp 2 x dp 2 resumes at 1 rank, and 1 rank's at
 # tp 2 x dp 2, each continuing the uninterrupted runs.
