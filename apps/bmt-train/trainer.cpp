@@ -91,7 +91,9 @@ void Trainer::configure() {
     // data-parallel groups.
     const int dp = bmt::dp_size();
     BMT_REQUIRE(o_.batch % dp == 0, "--batch " << o_.batch << ": expected a global batch divisible by the " << dp
-                                               << " data-parallel ranks");
+                                               << (bmt::tp_size() > 1 ? " data-parallel groups (--tp " +
+                                                                            std::to_string(bmt::tp_size()) + ")"
+                                                                      : std::string(" ranks")));
     cfg_.check_tensor_parallel(bmt::tp_size());
     plan_.local_batch = o_.batch / dp;
     plan_.micro_batch = o_.micro_batch ? o_.micro_batch : plan_.local_batch;

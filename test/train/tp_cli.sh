@@ -29,8 +29,8 @@ expect_usage_error "a tp that does not divide the heads" "heads 4, kv_heads 4, f
   "${tiny[@]}" --steps 1 --tp 8 --batch 8 --micro-batch 8
 expect_usage_error "a tp that does not divide the vocabulary" "vocab 255, tp 2" 2 "${tiny[@]}" --steps 1 --tp 2 \
   --vocab 255
-expect_usage_error "whole logits at tp 2" "--tp 2: expected no --eval-logits" 2 "${tiny[@]}" --steps 1 --tp 2 \
-  --eval-logits "$work/logits.bin"
+expect_usage_error "whole logits at tp 2" "--tp 2: expected no --eval-logits" 2 --model tiny --batch 8 --seq 32 \
+  --tp 2 --eval-only --val-data "$work/val.bin" --eval-logits "$work/logits.bin"
 out=$(BMT_TEST_NODE_SIZE=1 run 2 "${tiny[@]}" --steps 1 --tp 2 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "bmt-train: error: .*node" \
   || fail "a tp group crossing a node: expected a one-line error naming the node, found ($rc): $out"
