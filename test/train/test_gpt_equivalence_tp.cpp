@@ -1,7 +1,8 @@
 // Tensor parallelism end to end: GPT-2 and two grouped-query Llamas (key/value heads split over the
 // tp group, and fewer key/value heads than tp ranks, replicated) built at tp 1 and trained in f32,
-// two micro-batches a step, with AdamW and with SGD clipped to a gradient norm below every step's;
-// and GPT-2 with dropout at dp 1.
+// two micro-batches a step, with AdamW and with SGD clipped to a gradient norm below every step's,
+// saved halfway and resumed from the files in a model and optimizer built anew; and GPT-2 with
+// dropout at dp 1.
 // The 1-rank run writes each run's initial parameters, per-step losses, gradient norms and final
 // parameters to BMT_GOLDEN_FILE; runs at tp 2 (x dp 1 or 2) must start from exactly the same whole
 // parameters and agree at every step.
@@ -49,30 +50,56 @@ std::vector<float> flat(const std::map<std::string, std::vector<float>>& by_name
   return out;
 }
 
-TrainingRun train(const std::string& name, bool clipped_sgd) {
-  const auto cfg = config(name);
-  bmt::models::CausalLM model(cfg, {1, {}});
-  bmt::init_parameters(model);
-  TrainingRun run;
-  run.initial = flat(bmt_test::whole_parameters(model));
+// A model with its optimizer, schedule and OptimManager, as a run builds them (and a resumed one
+// again, before it loads the checkpoint).
+struct Session {
+  std::unique_ptr<bmt::models::CausalLM> model;
   std::unique_ptr<bmt::optim::Optimizer> optimizer;
-  bmt::optim::OptimManagerOptions mo;
-  mo.accumulation_steps = kMicroBatches;
-  if (clipped_sgd) {
-    optimizer = std::make_unique<bmt::optim::SGD>(model);
-    mo.clip_grad_norm = kClip;
-  } else {
-    bmt::optim::AdamWOptions ao;
-    ao.weight_decay = 0.1f;
-    optimizer = std::make_unique<bmt::optim::AdamW>(model, ao);
+  std::unique_ptr<bmt::optim::CosineLR> lr;
+  std::unique_ptr<bmt::optim::OptimManager> manager;
+
+  Session(const bmt::models::ModelConfig& cfg, bool clipped_sgd) {
+    model = std::make_unique<bmt::models::CausalLM>(cfg, bmt::models::CausalLMOptions{1, {}});
+    bmt::init_parameters(*model);
+    bmt::optim::OptimManagerOptions mo;
+    mo.accumulation_steps = kMicroBatches;
+    if (clipped_sgd) {
+      optimizer = std::make_unique<bmt::optim::SGD>(*model);
+      mo.clip_grad_norm = kClip;
+    } else {
+      bmt::optim::AdamWOptions ao;
+      ao.weight_decay = 0.1f;
+      optimizer = std::make_unique<bmt::optim::AdamW>(*model, ao);
+    }
+    lr = std::make_unique<bmt::optim::CosineLR>(clipped_sgd ? 0.5f : 3e-3f, 2, kSteps);
+    manager = std::make_unique<bmt::optim::OptimManager>(mo);
+    manager->add_optimizer(*optimizer, lr.get());
   }
-  bmt::optim::CosineLR lr(clipped_sgd ? 0.5f : 3e-3f, 2, kSteps);
-  bmt::optim::OptimManager manager(mo);
-  manager.add_optimizer(*optimizer, &lr);
+};
+
+// Halfway, the run saves its model and optimizer state and goes on in a session built anew from
+// them, as a resumed job would (the files: whole tensors, at every layout).
+TrainingRun train(const std::string& name, bool clipped_sgd, const std::string& resume_prefix) {
+  const auto cfg = config(name);
+  auto session = std::make_unique<Session>(cfg, clipped_sgd);
+  TrainingRun run;
+  run.initial = flat(bmt_test::whole_parameters(*session->model));
 
   // The ranks of a tp group see the same sequences: data parallelism splits the batch by dp rank.
   const std::int64_t local = small_gpt::kGlobalBatch / bmt::dp_size(), micro = local / kMicroBatches;
   for (int step = 0; step < kSteps; ++step) {
+    if (step == kSteps / 2) {
+      const auto saved = bmt_test::whole_parameters(*session->model);
+      bmt::save(*session->model, resume_prefix + ".model");
+      bmt::io::save_optimizer(*session->optimizer, resume_prefix + ".optimizer");
+      session = std::make_unique<Session>(cfg, clipped_sgd);
+      bmt::load(*session->model, resume_prefix + ".model");
+      bmt::io::load_optimizer(*session->optimizer, resume_prefix + ".optimizer");
+      session->lr->set_step(step);
+      EXPECT_TRUE(bmt_test::whole_parameters(*session->model) == saved) << name << ": the resumed model";
+      EXPECT_EQ(session->optimizer->step_count(), step) << name << ": the resumed optimizer's steps";
+    }
+    auto& manager = *session->manager;
     const auto batch = small_gpt::global_batch(step, cfg.vocab);
     manager.zero_grad();
     float l = 0;
@@ -80,7 +107,7 @@ TrainingRun train(const std::string& name, bool clipped_sgd) {
       const auto mine = small_gpt::sequences(batch, bmt::dp_rank() * local + m * micro, micro);
       bmt::Tensor tokens = bmt::Tensor::from_ints(mine.tokens, {micro, small_gpt::kSeq});
       bmt::Tensor targets = bmt::Tensor::from_ints(mine.targets, {micro, small_gpt::kSeq});
-      bmt::Tensor loss = model.loss(tokens, targets);
+      bmt::Tensor loss = session->model->loss(tokens, targets);
       manager.backward(loss);
       l += loss.to_host_floats()[0] / kMicroBatches;
     }
@@ -92,7 +119,7 @@ TrainingRun train(const std::string& name, bool clipped_sgd) {
                                           bmt::context().compute_stream());
     run.losses.push_back(l);
   }
-  run.params = flat(bmt_test::whole_parameters(model));
+  run.params = flat(bmt_test::whole_parameters(*session->model));
   return run;
 }
 
@@ -140,11 +167,12 @@ TEST(GptEquivalenceTp, SameInitLossesNormsAndParametersAsOneRank) {
   const char* path = std::getenv("BMT_GOLDEN_FILE");
   ASSERT_NE(path, nullptr) << "expected BMT_GOLDEN_FILE (set by ctest)";
   std::vector<TrainingRun> runs;
+  const std::string resume = std::string(path) + ".resume-np" + std::to_string(bmt::world_size());
   for (const char* name : kRuns)
-    for (bool sgd : {false, true}) runs.push_back(train(name, sgd));
+    for (bool sgd : {false, true}) runs.push_back(train(name, sgd, resume));
   // Dropout's mask is the whole [N, C] matrix's at any tp (each rank's rows offset by their first
   // element); data parallelism splits the sequences differently, so this run is compared at dp 1.
-  if (bmt::dp_size() == 1) runs.push_back(train("gpt2-dropout", false));
+  if (bmt::dp_size() == 1) runs.push_back(train("gpt2-dropout", false, resume));
   // The loss must actually fall, or the comparison proves little.
   for (const auto& r : runs) {
     bmt::print_rank("losses: first ", r.losses.front(), ", last ", r.losses.back());
