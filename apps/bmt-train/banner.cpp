@@ -26,7 +26,9 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   const auto& ctx = bmt::context();
   const bmt::Mesh& mesh = ctx.mesh();
   TrafficPlan p;
-  const auto parameters = static_cast<double>(cfg.parameter_count());
+  // The parameters this rank's shard group gathers: its tp rank's parts (all of them at tp 1). The
+  // tensor-parallel group's activation collectives are not counted here.
+  const auto parameters = static_cast<double>(cfg.parameter_count(mesh.tp_size));
   p.parameter_bytes = parameters * static_cast<double>(bmt::dtype_size(cfg.dtype));
   p.gradient_bytes = o.eval_only ? 0.0 : parameters * static_cast<double>(sizeof(float));
   p.shard_size = mesh.shard_size;
