@@ -52,13 +52,13 @@ std::vector<float> flat(const std::map<std::string, std::vector<float>>& by_name
 
 // A model with its optimizer, schedule and OptimManager, as a run builds them (and a resumed one
 // again, before it loads the checkpoint).
-struct Session {
+struct Training {
   std::unique_ptr<bmt::models::CausalLM> model;
   std::unique_ptr<bmt::optim::Optimizer> optimizer;
   std::unique_ptr<bmt::optim::CosineLR> lr;
   std::unique_ptr<bmt::optim::OptimManager> manager;
 
-  Session(const bmt::models::ModelConfig& cfg, bool clipped_sgd) {
+  Training(const bmt::models::ModelConfig& cfg, bool clipped_sgd) {
     model = std::make_unique<bmt::models::CausalLM>(cfg, bmt::models::CausalLMOptions{1, {}});
     bmt::init_parameters(*model);
     bmt::optim::OptimManagerOptions mo;
@@ -77,29 +77,29 @@ struct Session {
   }
 };
 
-// Halfway, the run saves its model and optimizer state and goes on in a session built anew from
+// Halfway, the run saves its model and optimizer state and goes on in a model and optimizer built anew from
 // them, as a resumed job would (the files: whole tensors, at every layout).
 TrainingRun train(const std::string& name, bool clipped_sgd, const std::string& resume_prefix) {
   const auto cfg = config(name);
-  auto session = std::make_unique<Session>(cfg, clipped_sgd);
+  auto training = std::make_unique<Training>(cfg, clipped_sgd);
   TrainingRun run;
-  run.initial = flat(bmt_test::whole_parameters(*session->model));
+  run.initial = flat(bmt_test::whole_parameters(*training->model));
 
   // The ranks of a tp group see the same sequences: data parallelism splits the batch by dp rank.
   const std::int64_t local = small_gpt::kGlobalBatch / bmt::dp_size(), micro = local / kMicroBatches;
   for (int step = 0; step < kSteps; ++step) {
     if (step == kSteps / 2) {
-      const auto saved = bmt_test::whole_parameters(*session->model);
-      bmt::save(*session->model, resume_prefix + ".model");
-      bmt::io::save_optimizer(*session->optimizer, resume_prefix + ".optimizer");
-      session = std::make_unique<Session>(cfg, clipped_sgd);
-      bmt::load(*session->model, resume_prefix + ".model");
-      bmt::io::load_optimizer(*session->optimizer, resume_prefix + ".optimizer");
-      session->lr->set_step(step);
-      EXPECT_TRUE(bmt_test::whole_parameters(*session->model) == saved) << name << ": the resumed model";
-      EXPECT_EQ(session->optimizer->step_count(), step) << name << ": the resumed optimizer's steps";
+      const auto saved = bmt_test::whole_parameters(*training->model);
+      bmt::save(*training->model, resume_prefix + ".model");
+      bmt::io::save_optimizer(*training->optimizer, resume_prefix + ".optimizer");
+      training = std::make_unique<Training>(cfg, clipped_sgd);
+      bmt::load(*training->model, resume_prefix + ".model");
+      bmt::io::load_optimizer(*training->optimizer, resume_prefix + ".optimizer");
+      training->lr->set_step(step);
+      EXPECT_TRUE(bmt_test::whole_parameters(*training->model) == saved) << name << ": the resumed model";
+      EXPECT_EQ(training->optimizer->step_count(), step) << name << ": the resumed optimizer's steps";
     }
-    auto& manager = *session->manager;
+    auto& manager = *training->manager;
     const auto batch = small_gpt::global_batch(step, cfg.vocab);
     manager.zero_grad();
     float l = 0;
@@ -107,7 +107,7 @@ TrainingRun train(const std::string& name, bool clipped_sgd, const std::string& 
       const auto mine = small_gpt::sequences(batch, bmt::dp_rank() * local + m * micro, micro);
       bmt::Tensor tokens = bmt::Tensor::from_ints(mine.tokens, {micro, small_gpt::kSeq});
       bmt::Tensor targets = bmt::Tensor::from_ints(mine.targets, {micro, small_gpt::kSeq});
-      bmt::Tensor loss = session->model->loss(tokens, targets);
+      bmt::Tensor loss = training->model->loss(tokens, targets);
       manager.backward(loss);
       l += loss.to_host_floats()[0] / kMicroBatches;
     }
@@ -119,7 +119,7 @@ TrainingRun train(const std::string& name, bool clipped_sgd, const std::string& 
                                           bmt::context().compute_stream());
     run.losses.push_back(l);
   }
-  run.params = flat(bmt_test::whole_parameters(*session->model));
+  run.params = flat(bmt_test::whole_parameters(*training->model));
   return run;
 }
 
