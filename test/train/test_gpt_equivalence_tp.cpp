@@ -77,8 +77,8 @@ struct Training {
   }
 };
 
-// Halfway, the run saves its model and optimizer state and goes on in a model and optimizer built anew from
-// them, as a resumed job would (the files: whole tensors, at every layout).
+// Halfway, the run saves its model and optimizer state and goes on with a model and optimizer built
+// anew from the files (whole tensors, at every layout), as a resumed job would.
 TrainingRun train(const std::string& name, bool clipped_sgd, const std::string& resume_prefix) {
   const auto cfg = config(name);
   auto training = std::make_unique<Training>(cfg, clipped_sgd);
