@@ -7,6 +7,7 @@
 
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/nn/init.hpp"
+#include "bmtrain/nn/part_map.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
@@ -22,7 +23,7 @@ inline void sync() { context().compute_stream().synchronize(); }
 // host-to-device copy, so setting up a benchmark of a large tensor takes milliseconds.
 inline Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed) {
   Tensor t = Tensor::empty(shape, dtype);
-  init::uniform(-1.0f, 1.0f)(t, 0, random::key(seed, "bench"));
+  init::uniform(-1.0f, 1.0f)(t, 0, PartMap{}, random::key(seed, "bench"));  // a whole tensor
   return t;
 }
 

@@ -27,8 +27,10 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   const auto& ctx = bmt::context();
   const bmt::Mesh& mesh = ctx.mesh();
   TrafficPlan p;
-  const auto parameters = static_cast<double>(cfg.parameter_count());
-  // The blocks' FP8 weights are gathered as 1-byte codes.
+  // The parameters this rank's shard group gathers: its tp rank's parts (all of them at tp 1), the
+  // blocks' FP8 weights as 1-byte codes. The tensor-parallel group's activation collectives are not
+  // counted here.
+  const auto parameters = static_cast<double>(cfg.parameter_count(mesh.tp_size));
   const auto float8 = static_cast<double>(cfg.layers * bmt::models::block_float8_elements(cfg, o.model_options()));
   p.parameter_bytes = (parameters - float8) * static_cast<double>(bmt::dtype_size(cfg.dtype)) + float8;
   p.gradient_bytes = o.eval_only ? 0.0 : parameters * static_cast<double>(sizeof(float));
@@ -40,7 +42,8 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   p.gathers_per_pass = o.eval_only || o.zero_level == 2 ? 1 : 2;
   p.micro_batches = f.accumulation;
   const StepTraffic t = step_traffic(p);
-  return std::string("shard group ") + bmt::shard_group_name(mesh.shard_group) + " (" +
+  return "mesh tp " + std::to_string(mesh.tp_size) + " x dp " + std::to_string(mesh.dp_size) + "  shard group " +
+         bmt::shard_group_name(mesh.shard_group) + " (" +
          std::to_string(mesh.shard_size) + " rank" + (mesh.shard_size > 1 ? "s" : "") +
          (mesh.replica_count > 1 ? ", " + std::to_string(mesh.replica_count) + " replicas" : std::string()) +
          ")  a rank sends " + bytes_text(t.inside_node) + " inside its node and " + bytes_text(t.outside_node) +

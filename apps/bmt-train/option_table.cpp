@@ -196,6 +196,13 @@ std::vector<OptionRow> make_table() {
           .takes(one_of({"world", "node"}), "NAME")
           .shows_default()
           .on_resume(Effect::rounding));
+  add(Row("--tp", &O::tp,
+          "Tensor-parallel ranks: each block's attention heads and MLP width, the vocabulary and the loss are split "
+          "over groups of N consecutive ranks of a node, and the batch over the world size / N data-parallel groups "
+          "(N must divide the ranks of a node, the heads, the MLP width and the vocabulary)")
+          .takes(whole_number(1, 1024, "a whole number in [1, 1024]"), "N")
+          .shows_default()
+          .on_resume(Effect::rounding));
   add(Row("--no-checkpointing", &O::checkpointing, "Keep block activations instead of recomputing them")
           .clears()
           .named("checkpointing"));

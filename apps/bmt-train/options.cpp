@@ -207,6 +207,10 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
     BMT_REQUIRE(o.moments != "bf16" || beta <= bmt::optim::kMaxBf16MomentBeta,
                 flag << ": expected at most " << bmt::optim::kMaxBf16MomentBeta << " with --moments bf16, found "
                      << beta);
+  // Logits are whole rows of the vocabulary, which no rank of a tensor-parallel group holds.
+  BMT_REQUIRE(o.tp == 1 || o.eval_logits.empty(),
+              "--tp " << o.tp << ": expected no --eval-logits (whole logits need --tp 1), found --eval-logits "
+                      << o.eval_logits);
   if (o.eval_only) {
     BMT_REQUIRE(!o.val_data.empty(), "--eval-only: expected --val-data token files to evaluate on, found none");
     for (const auto& [flag, value] : {std::pair{"--save", o.save}, std::pair{"--export-hf", o.export_hf}})
@@ -222,6 +226,7 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
 bmt::InitOptions init_options(const TrainOptions& o) {
   bmt::InitOptions init;
   init.shard_group = bmt::parse_shard_group(o.shard_group, "--shard-group");
+  init.tp_size = o.tp;
   return init;
 }
 

@@ -26,6 +26,7 @@ struct TrainOptions {
   // distribution and memory
   int zero_level = 3;
   std::string shard_group = "world";  // the ZeRO shard group: world, or node (hybrid sharding)
+  int tp = 1;  // tensor-parallel ranks (within a node): the mesh's tp group (runtime/mesh.hpp)
   bool checkpointing = true;  // recompute blocks in backward
   bool keep_attention = false;  // the recompute reuses the forward's attention outputs
   bool keep_residual = false;   // the recompute reuses the forward's residual sums
@@ -100,7 +101,7 @@ std::string shared_description(const TrainOptions& options, const ModelConfig& c
 // no runtime: the runtime starts with what the options say (init_options).
 bool parse_options(int argc, char** argv, TrainOptions& out, int& exit_code);
 
-// The runtime's options that bmt-train's flags set: the process mesh (--shard-group).
+// The runtime's options that bmt-train's flags set: the process mesh (--tp, --shard-group).
 bmt::InitOptions init_options(const TrainOptions& options);
 
 }  // namespace bmt_train

@@ -87,9 +87,15 @@ void Trainer::configure() {
       cfg_ = o_.model_config();
       plan_.model_name = o_.model_name();
     }
-    BMT_REQUIRE(o_.batch % world_ == 0, "--batch " << o_.batch << ": expected a global batch divisible by the "
-                                                   << world_ << " ranks");
-    plan_.local_batch = o_.batch / world_;
+    // The ranks of a tensor-parallel group share their sequences: the batch is split over the
+    // data-parallel groups.
+    const int dp = bmt::dp_size();
+    BMT_REQUIRE(o_.batch % dp == 0, "--batch " << o_.batch << ": expected a global batch divisible by the " << dp
+                                               << (bmt::tp_size() > 1 ? " data-parallel groups (--tp " +
+                                                                            std::to_string(bmt::tp_size()) + ")"
+                                                                      : std::string(" ranks")));
+    cfg_.check_tensor_parallel(bmt::tp_size());
+    plan_.local_batch = o_.batch / dp;
     plan_.micro_batch = o_.micro_batch ? o_.micro_batch : plan_.local_batch;
     BMT_REQUIRE(plan_.micro_batch > 0 && plan_.local_batch % plan_.micro_batch == 0,
                 "--micro-batch " << plan_.micro_batch << ": expected a divisor of the " << plan_.local_batch

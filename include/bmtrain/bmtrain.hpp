@@ -12,6 +12,7 @@
 #include "bmtrain/nn/layers.hpp"
 #include "bmtrain/nn/module.hpp"
 #include "bmtrain/nn/parameter.hpp"
+#include "bmtrain/nn/part_map.hpp"
 #include "bmtrain/nn/tensor_parallel.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/optim/adamw.hpp"

@@ -14,10 +14,12 @@
 #include "bmtrain/io/json_file.hpp"
 #include "bmtrain/io/safetensors_file.hpp"
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/nn/part_map.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
+#include "whole_tensor_runs.hpp"
 
 namespace bmt::io {
 
@@ -136,7 +138,7 @@ std::map<std::string, ModelParameter> parameters_of(Module& model) {
 }
 
 std::vector<std::int64_t> hub_shape(const ShardedStorage::Entry& e, bool transposed) {
-  std::vector<std::int64_t> shape = e.parameter.shape();
+  std::vector<std::int64_t> shape = whole_shape(e.parameter);
   if (transposed) std::reverse(shape.begin(), shape.end());
   return shape;
 }
@@ -150,57 +152,79 @@ std::string stored_name(const HubFiles& files, const HfLayout& layout, const std
   return hub;
 }
 
-// Reads this rank's elements of parameter `e` (its local slice) into `out` (the shard's host copy
-// at the slice), in the storage's dtype.
+// Reads this rank's elements of parameter `e` (its local slice, runs of the whole tensor) into
+// `shard` (the storage's host copy), in the storage's dtype. One read covers the whole rows the runs
+// span (one strided read per stored row when the file holds the matrix transposed), so a tensor-
+// parallel part costs no more reads than a plain shard, and never more memory than the whole tensor.
 void read_slice(const HubFiles::Tensor& t, const std::string& name, const ShardedStorage& s,
-                const ShardedStorage::Entry& e, bool transposed, char* out) {
-  const auto slice = s.local_slice(e);
-  if (slice.count == 0) return;
+                const ShardedStorage::Entry& e, bool transposed, char* shard) {
+  const auto runs = runs_to_read(s, e);
+  if (runs.empty()) return;
   const DType dtype = s.dtype();
-  const auto first = static_cast<std::uint64_t>(slice.param_offset), count = static_cast<std::uint64_t>(slice.count);
+  const std::size_t es = dtype_size(dtype);
+  const std::uint64_t lo = runs.front().whole_first, hi = runs.back().whole_first + runs.back().count;
   if (!transposed) {
-    t.reader->read(name, first, count, dtype, out, Rounding::allow);
+    if (runs.size() == 1) {
+      t.reader->read(name, lo, hi - lo, dtype, shard + runs.front().shard_offset * es, Rounding::allow);
+      return;
+    }
+    std::vector<char> block(static_cast<std::size_t>(hi - lo) * es);
+    t.reader->read(name, lo, hi - lo, dtype, block.data(), Rounding::allow);
+    for (const auto& run : runs)
+      std::memcpy(shard + run.shard_offset * es, block.data() + (run.whole_first - lo) * es, run.count * es);
     return;
   }
-  // The parameter is [rows, cols]; the file holds it as [cols, rows]. The slice covers rows
-  // r0..r1 (the first and last perhaps in part): read columns r0..r1 of every stored row.
-  const auto rows = static_cast<std::uint64_t>(e.parameter.size(0)), cols = static_cast<std::uint64_t>(e.parameter.size(1));
-  const std::uint64_t r0 = first / cols, r1 = (first + count - 1) / cols, width = r1 - r0 + 1;
-  const std::size_t es = dtype_size(dtype);
+  // The parameter is [rows, cols]; the file holds it as [cols, rows]. The runs lie in rows r0..r1:
+  // read columns r0..r1 of every stored row.
+  const Shape whole = whole_shape(e.parameter);
+  const auto rows = static_cast<std::uint64_t>(whole[0]), cols = static_cast<std::uint64_t>(whole[1]);
+  const std::uint64_t r0 = lo / cols, r1 = (hi - 1) / cols, width = r1 - r0 + 1;
   std::vector<char> block(static_cast<std::size_t>(cols * width) * es);
   for (std::uint64_t c = 0; c < cols; ++c)
     t.reader->read(name, c * rows + r0, width, dtype, block.data() + c * width * es, Rounding::allow);
-  for (std::uint64_t k = 0; k < count; ++k) {
-    const std::uint64_t r = (first + k) / cols, c = (first + k) % cols;
-    std::memcpy(out + k * es, block.data() + (c * width + (r - r0)) * es, es);
-  }
+  for (const auto& run : runs)
+    for (std::uint64_t k = 0; k < run.count; ++k) {
+      const std::uint64_t r = (run.whole_first + k) / cols, c = (run.whole_first + k) % cols;
+      std::memcpy(shard + (run.shard_offset + k) * es, block.data() + (c * width + (r - r0)) * es, es);
+    }
 }
 
-// Writes this rank's elements of parameter `e` from `in` (the shard's host copy at the slice), on
-// the first replica of the shards only.
+// Writes this rank's elements of parameter `e` (runs_to_write: the first replica's, and of a
+// parameter the tp group replicates only tp rank 0's) from `shard` (the storage's host copy).
 void write_slice(SafetensorsWriter& w, const std::string& hub, const ShardedStorage& s, const ShardedStorage::Entry& e,
-                 bool transposed, const char* in) {
-  const auto slice = s.checkpoint_slice(e);
-  if (slice.count == 0) return;
+                 bool transposed, const char* shard) {
+  const auto runs = runs_to_write(s, e);
+  if (runs.empty()) return;
   const DType dtype = s.dtype();
+  const std::size_t es = dtype_size(dtype);
   if (!transposed) {
-    w.write(hub, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count), dtype, in);
+    for (const auto& run : runs) w.write(hub, run.whole_first, run.count, dtype, shard + run.shard_offset * es);
     return;
   }
-  // Stored row c holds parameter column c: this rank owns its entries r0..r1, less the part of the
-  // first and last parameter rows outside the slice.
-  const std::int64_t rows = e.parameter.size(0), cols = e.parameter.size(1);
-  const std::int64_t begin = slice.param_offset, last = begin + slice.count - 1;
-  const std::int64_t r0 = begin / cols, r1 = last / cols, c_first = begin % cols, c_last = last % cols;
-  const std::size_t es = dtype_size(dtype);
-  std::vector<char> run(static_cast<std::size_t>(r1 - r0 + 1) * es);
-  for (std::int64_t c = 0; c < cols; ++c) {
-    const std::int64_t lo = c >= c_first ? r0 : r0 + 1, hi = c <= c_last ? r1 : r1 - 1;  // inclusive
-    if (lo > hi) continue;
-    for (std::int64_t r = lo; r <= hi; ++r)
-      std::memcpy(run.data() + (r - lo) * es, in + (r * cols + c - begin) * es, es);
-    w.write(hub, static_cast<std::uint64_t>(c * rows + lo), static_cast<std::uint64_t>(hi - lo + 1), dtype, run.data());
-  }
+  // Stored row c holds parameter column c. The runs ascend through the whole tensor, so this rank's
+  // entries of each column ascend too: each column's maximal runs of consecutive rows are one write.
+  const Shape whole = whole_shape(e.parameter);
+  const auto rows = static_cast<std::uint64_t>(whole[0]), cols = static_cast<std::uint64_t>(whole[1]);
+  struct Column {
+    std::vector<std::uint64_t> rows;
+    std::vector<char> values;
+  };
+  std::map<std::uint64_t, Column> columns;
+  for (const auto& run : runs)
+    for (std::uint64_t k = 0; k < run.count; ++k) {
+      const std::uint64_t r = (run.whole_first + k) / cols, c = (run.whole_first + k) % cols;
+      Column& col = columns[c];
+      col.rows.push_back(r);
+      const char* v = shard + (run.shard_offset + static_cast<std::int64_t>(k)) * static_cast<std::int64_t>(es);
+      col.values.insert(col.values.end(), v, v + es);
+    }
+  for (const auto& [c, col] : columns)
+    for (std::size_t i = 0; i < col.rows.size();) {
+      std::size_t j = i + 1;
+      while (j < col.rows.size() && col.rows[j] == col.rows[j - 1] + 1) ++j;
+      w.write(hub, c * rows + col.rows[i], j - i, dtype, col.values.data() + i * es);
+      i = j;
+    }
 }
 
 // This rank's values in the parameters' dtype (rounded where the storage holds them in f32).
@@ -260,9 +284,7 @@ void load_hf_checkpoint(Module& model, const std::string& dir, const HfLayout& l
     for (const auto& r : reads) {
       auto& buffer = host[r.param.storage];
       if (buffer.empty()) buffer = shard_to_host(*r.param.storage);
-      const auto slice = r.param.storage->local_slice(*r.param.entry);
-      read_slice(*r.tensor, r.name, *r.param.storage, *r.param.entry, r.transposed,
-                 buffer.data() + slice.shard_offset * dtype_size(r.param.storage->dtype()));
+      read_slice(*r.tensor, r.name, *r.param.storage, *r.param.entry, r.transposed, buffer.data());
     }
   });
   agree_on_errors(comm_or_world(MPI_COMM_NULL), error.empty() ? "" : where + ": " + error);
@@ -289,7 +311,7 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfLayout& l
                                          << t.hub << "', found none");
     BMT_REQUIRE(!t.transposed || p->second.entry->parameter.dim() == 2,
                 where << ": expected a matrix to store transposed for '" << t.parameter << "', found shape "
-                      << shape_text(p->second.entry->parameter.shape()));
+                      << shape_text(whole_shape(p->second.entry->parameter)));
     specs.push_back({{t.hub, p->second.storage->dtype(), hub_shape(*p->second.entry, t.transposed)}, p->second,
                      t.transposed});
     mapped.insert(t.parameter);
@@ -354,9 +376,7 @@ void save_hf_checkpoint(Module& model, const std::string& dir, const HfLayout& l
     SafetensorsWriter writer(dir + "/" + names[g], file_specs, metadata, comm);
     for (std::size_t i : groups[g]) {
       const ModelParameter& p = specs[i].param;
-      const auto slice = p.storage->local_slice(*p.entry);
-      write_slice(writer, specs[i].spec.name, *p.storage, *p.entry, specs[i].transposed,
-                  host[p.storage].data() + slice.shard_offset * dtype_size(p.storage->dtype()));
+      write_slice(writer, specs[i].spec.name, *p.storage, *p.entry, specs[i].transposed, host[p.storage].data());
     }
     writer.close();
   }

@@ -4,9 +4,11 @@
 #include <set>
 
 #include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/nn/part_map.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/tensor/memory.hpp"
 #include "bmtrain/zero/distributed_module.hpp"
+#include "whole_tensor_runs.hpp"
 
 namespace bmt {
 
@@ -35,17 +37,14 @@ void save(Module& model, const std::string& path, const std::map<std::string, st
   const auto storages = sharded_storages(model);
   std::vector<io::TensorSpec> specs;
   for (auto* s : storages)
-    for (const auto& e : s->entries()) specs.push_back({e.name, s->dtype(), e.parameter.shape()});
+    for (const auto& e : s->entries()) specs.push_back({e.name, s->dtype(), whole_shape(e.parameter)});
   io::SafetensorsWriter writer(path, specs, metadata);
   for (auto* s : storages) {
     const auto host = shard_bytes(*s);
     const std::size_t es = dtype_size(s->dtype());
-    for (const auto& e : s->entries()) {
-      const auto slice = s->checkpoint_slice(e);
-      if (slice.count)
-        writer.write(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
-                     s->dtype(), host.data() + slice.shard_offset * es);
-    }
+    for (const auto& e : s->entries())
+      for (const auto& run : io::runs_to_write(*s, e))
+        writer.write(e.name, run.whole_first, run.count, s->dtype(), host.data() + run.shard_offset * es);
   }
   writer.close();
 }
@@ -63,8 +62,9 @@ LoadReport load(Module& model, const std::string& path, bool strict, io::Roundin
       const auto* t = header.find(e.name);
       if (!t) {
         report.missing.push_back(e.name);
-      } else if (t->shape != e.parameter.shape()) {
-        wrong_shape.push_back(e.name + " (file " + to_string(t->shape) + ", model " + to_string(e.parameter.shape()) + ")");
+      } else if (t->shape != whole_shape(e.parameter)) {
+        wrong_shape.push_back(e.name + " (file " + to_string(t->shape) + ", model " + to_string(whole_shape(e.parameter)) +
+                              ")");
       }
     }
   for (const auto& t : header.tensors())
@@ -77,12 +77,10 @@ LoadReport load(Module& model, const std::string& path, bool strict, io::Roundin
   for (auto* s : storages) {
     auto host = shard_bytes(*s);
     const std::size_t es = dtype_size(s->dtype());
-    for (const auto& e : s->entries()) {
-      const auto slice = s->local_slice(e);
-      if (slice.count && header.find(e.name))
-        reader.read(e.name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
-                    s->dtype(), host.data() + slice.shard_offset * es, rounding);
-    }
+    for (const auto& e : s->entries())
+      if (header.find(e.name))
+        for (const auto& run : io::runs_to_read(*s, e))
+          reader.read(e.name, run.whole_first, run.count, s->dtype(), host.data() + run.shard_offset * es, rounding);
     // Read in the parameters' dtype (rounded as asked), then widened where the values are held in f32.
     copy_into(s->shard(), Tensor::from_host(host.data(), {s->shard_size()}, s->dtype()));
   }
@@ -98,7 +96,7 @@ void save_optimizer(const optim::Optimizer& optimizer, const std::string& path) 
   std::vector<TensorSpec> specs;
   for (auto* s : optimizer.storages())
     for (const auto& [state, t] : optimizer.state_of(*s))
-      for (const auto& e : s->entries()) specs.push_back({e.name + "." + state, t.dtype(), e.parameter.shape()});
+      for (const auto& e : s->entries()) specs.push_back({e.name + "." + state, t.dtype(), whole_shape(e.parameter)});
   std::map<std::string, std::string> metadata{{"optimizer", optimizer.name()},
                                               {"step", std::to_string(optimizer.step_count())}};
   SafetensorsWriter writer(path, specs, metadata);
@@ -106,12 +104,9 @@ void save_optimizer(const optim::Optimizer& optimizer, const std::string& path) 
     for (const auto& [state, t] : optimizer.state_of(*s)) {
       const auto bytes = host_bytes(contiguous(t));
       const std::size_t es = dtype_size(t.dtype());
-      for (const auto& e : s->entries()) {
-        const auto slice = s->checkpoint_slice(e);
-        if (slice.count)
-          writer.write(e.name + "." + state, static_cast<std::uint64_t>(slice.param_offset),
-                       static_cast<std::uint64_t>(slice.count), t.dtype(), bytes.data() + slice.shard_offset * es);
-      }
+      for (const auto& e : s->entries())
+        for (const auto& run : runs_to_write(*s, e))
+          writer.write(e.name + "." + state, run.whole_first, run.count, t.dtype(), bytes.data() + run.shard_offset * es);
     }
   writer.close();
 }
@@ -125,13 +120,11 @@ void load_optimizer(optim::Optimizer& optimizer, const std::string& path) {
       for (const auto& e : s->entries()) {
         const std::string name = e.name + "." + state;
         const auto& entry = header.tensor(name);  // throws naming the missing tensor
-        BMT_REQUIRE(entry.shape == e.parameter.shape(), "load_optimizer '" << path << "': expected " << name << " of shape "
-                                                                           << to_string(e.parameter.shape()) << ", found "
-                                                                           << to_string(entry.shape));
-        const auto slice = s->local_slice(e);
-        if (slice.count)
-          reader.read<float>(name, static_cast<std::uint64_t>(slice.param_offset), static_cast<std::uint64_t>(slice.count),
-                             values.data() + slice.shard_offset);
+        const Shape whole = whole_shape(e.parameter);
+        BMT_REQUIRE(entry.shape == whole, "load_optimizer '" << path << "': expected " << name << " of shape "
+                                                             << to_string(whole) << ", found " << to_string(entry.shape));
+        for (const auto& run : runs_to_read(*s, e))
+          reader.read<float>(name, run.whole_first, run.count, values.data() + run.shard_offset);
       }
       optimizer.load_state(*s, state, values);
     }

@@ -2,6 +2,7 @@
 
 #include "bmtrain/nn/init.hpp"
 #include "bmtrain/ops/ops.hpp"
+#include "bmtrain/runtime/context.hpp"
 
 namespace bmt::models {
 
@@ -10,16 +11,25 @@ LlamaBlock::LlamaBlock(const ModelConfig& cfg)
       attn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
       ffn_norm(cfg.dim, cfg.dtype, cfg.norm_eps),
       wq(cfg.dim, cfg.dim, false, cfg.dtype, init::normal(cfg.init_std)),
-      wk(cfg.dim, cfg.kv_head_count() * cfg.head_dim(), false, cfg.dtype, init::normal(cfg.init_std)),
-      wv(cfg.dim, cfg.kv_head_count() * cfg.head_dim(), false, cfg.dtype, init::normal(cfg.init_std)),
       wo(cfg.dim, cfg.dim, false, cfg.dtype, residual_projection_init(cfg)),
       w1(cfg.dim, cfg.ffn, false, cfg.dtype, init::normal(cfg.init_std)),
-      w2(cfg.ffn, cfg.dim, false, cfg.dtype, residual_projection_init(cfg)),
-      w3(cfg.dim, cfg.ffn, false, cfg.dtype, init::normal(cfg.init_std)) {
+      w3(cfg.dim, cfg.ffn, false, cfg.dtype, init::normal(cfg.init_std)),
+      w2(cfg.ffn, cfg.dim, false, cfg.dtype, residual_projection_init(cfg)) {
+  cfg.check_tensor_parallel(tp_size());
+  const std::int64_t kv = cfg.kv_head_count() * cfg.head_dim();
   register_module("attention_norm", attn_norm);
   register_module("wq", wq);
-  register_module("wk", wk);
-  register_module("wv", wv);
+  if (cfg.kv_head_count() % tp_size() == 0) {
+    wk = std::make_unique<nn::ColumnParallelLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
+    wv = std::make_unique<nn::ColumnParallelLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
+    register_module("wk", *wk);
+    register_module("wv", *wv);
+  } else {
+    wk_whole = std::make_unique<nn::ReplicatedLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
+    wv_whole = std::make_unique<nn::ReplicatedLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
+    register_module("wk", *wk_whole);
+    register_module("wv", *wv_whole);
+  }
   register_module("wo", wo);
   register_module("ffn_norm", ffn_norm);
   register_module("w1", w1);
@@ -39,16 +49,45 @@ std::vector<io::HfTensor> LlamaBlock::hf_tensors() {
           {"w2.weight", "mlp.down_proj.weight"}};
 }
 
-Tensor LlamaBlock::forward(const Tensor& x) const {
-  const std::int64_t B = x.size(0), T = x.size(1), H = c.heads, Hk = c.kv_head_count(), D = c.head_dim();
-  Tensor h = attn_norm.forward(x);
-  Tensor q = rotary_embedding(reshape(wq.forward(h), {B, T, H, D}), 0, c.rope);
-  Tensor k = rotary_embedding(reshape(wk.forward(h), {B, T, Hk, D}), 0, c.rope);
-  Tensor v = reshape(wv.forward(h), {B, T, Hk, D});
+void LlamaBlock::set_fp8(bool on) {
+  wq.set_fp8(on);
+  for (auto* l : {wk.get(), wv.get()})
+    if (l) l->set_fp8(on);
+  for (auto* l : {wk_whole.get(), wv_whole.get()})
+    if (l) l->set_fp8(on);
+  wo.set_fp8(on);
+  w1.set_fp8(on);
+  w2.set_fp8(on);
+  w3.set_fp8(on);
+}
+
+Tensor LlamaBlock::forward(const Tensor& x, std::int64_t batch) const {
+  const auto [rows, b] = block_rows(x, batch, "LlamaBlock");
+  const Tensor y = forward_rows(rows, b);
+  return x.dim() == 3 ? reshape(y, x.shape()) : y;
+}
+
+Tensor LlamaBlock::key_value(const std::unique_ptr<nn::ColumnParallelLinear>& split,
+                             const std::unique_ptr<nn::ReplicatedLinear>& whole, const Tensor& x) const {
+  if (split) return split->forward_gathered(x);
+  // Fewer key/value heads than ranks: this rank's H/tp query heads all read kv head
+  // (r * H/tp) / (H/Hk) = r * Hk / tp.
+  const std::int64_t D = c.head_dim(), head = tp_rank() * c.kv_head_count() / tp_size();
+  return whole->forward_gathered(x, head * D, D);
+}
+
+Tensor LlamaBlock::forward_rows(const Tensor& rows, std::int64_t batch) const {
+  const std::int64_t tp = tp_size(), B = batch, T = rows.size(0) * tp / batch, D = c.head_dim();
+  const std::int64_t H = c.heads / tp, Hk = wk ? c.kv_head_count() / tp : 1;
+  // q, k and v share one gather of the normed rows; their gradients meet before its reduce-scatter.
+  const Tensor h = gather_tokens(attn_norm.forward(rows));
+  Tensor q = rotary_embedding(reshape(wq.forward_gathered(h), {B, T, H, D}), 0, c.rope);
+  Tensor k = rotary_embedding(reshape(key_value(wk, wk_whole, h), {B, T, Hk, D}), 0, c.rope);
+  Tensor v = reshape(key_value(wv, wv_whole, h), {B, T, Hk, D});
   Tensor y = attention_bthd(q, k, v, true);
-  Tensor r = residual_add(x, wo.forward(reshape(y, {B, T, c.dim})));
-  Tensor f = ffn_norm.forward(r);
-  return residual_add(r, w2.forward(swiglu(w1.forward(f), w3.forward(f))));
+  Tensor r = wo.forward_onto(rows, reshape(y, {B * T, H * D}));
+  const Tensor f = gather_tokens(ffn_norm.forward(r));
+  return w2.forward_onto(r, swiglu(w1.forward_gathered(f), w3.forward_gathered(f)));
 }
 
 }  // namespace bmt::models

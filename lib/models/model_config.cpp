@@ -7,18 +7,21 @@
 
 namespace bmt::models {
 
-std::int64_t ModelConfig::block_parameter_count() const {
+std::int64_t ModelConfig::block_parameter_count(int tp) const {
   const std::int64_t C = dim, F = ffn, K = kv_head_count() * head_dim();
-  if (arch == "gpt2") return 2 * 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
-  return 2 * C + 2 * C * C + 2 * K * C + 3 * C * F;  // norms, q and o, k and v, the SwiGLU MLP
+  if (arch == "gpt2")  // norms; QKV, the MLP's first projection: split; the output projections' biases: whole
+    return 2 * 2 * C + (3 * C * C + 3 * C) / tp + (C * C / tp + C) + (F * C + F) / tp + (C * F / tp + C);
+  // norms, q and o, k and v (whole when there are fewer key/value heads than ranks), the SwiGLU MLP
+  const std::int64_t kv = kv_head_count() % tp == 0 ? 2 * K * C / tp : 2 * K * C;
+  return 2 * C + 2 * C * C / tp + kv + 3 * C * F / tp;
 }
 
-std::int64_t ModelConfig::parameter_count() const {
+std::int64_t ModelConfig::parameter_count(int tp) const {
   const std::int64_t C = dim;
-  // wte, wpe and ln_f; or the embedding and the final norm.
-  std::int64_t outside = arch == "gpt2" ? vocab * C + max_seq * C + 2 * C : vocab * C + C;
-  if (!tie_embeddings) outside += vocab * C;  // a head of its own
-  return layers * block_parameter_count() + outside;
+  // wte (split by vocabulary rows), wpe and ln_f (whole); or the embedding and the final norm.
+  std::int64_t outside = arch == "gpt2" ? vocab * C / tp + max_seq * C + 2 * C : vocab * C / tp + C;
+  if (!tie_embeddings) outside += vocab * C / tp;  // a head of its own
+  return layers * block_parameter_count(tp) + outside;
 }
 
 void ModelConfig::validate() const {
@@ -60,6 +63,16 @@ void ModelConfig::validate() const {
                   << rope.original_max_positions);
   BMT_REQUIRE(dropout >= 0.0f && dropout < 1.0f, "dropout: expected a probability in [0, 1), found " << dropout);
   BMT_REQUIRE(is_floating(dtype), "model dtype: expected f32, bf16 or f16, found " << dtype_name(dtype));
+}
+
+void ModelConfig::check_tensor_parallel(int tp) const {
+  BMT_REQUIRE(tp >= 1, "tensor parallelism: expected tp >= 1, found " << tp);
+  if (tp == 1) return;
+  const std::int64_t kv = kv_head_count();
+  const bool splits = heads % tp == 0 && (kv % tp == 0 || tp % kv == 0) && ffn % tp == 0 && vocab % tp == 0;
+  BMT_REQUIRE(splits, "tensor parallelism: expected heads, ffn and vocab divisible by tp and kv_heads divisible by "
+                      "or dividing tp, found heads "
+                          << heads << ", kv_heads " << kv << ", ffn " << ffn << ", vocab " << vocab << ", tp " << tp);
 }
 
 init::Fn residual_projection_init(const ModelConfig& c) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/dtype.hpp"
 
 namespace bmt::models {
@@ -10,22 +11,34 @@ namespace bmt::models {
 ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& options, std::int64_t tokens) {
   const double N = static_cast<double>(tokens), e = static_cast<double>(dtype_size(c.dtype));
   const double C = static_cast<double>(c.dim), F = static_cast<double>(c.ffn), H = static_cast<double>(c.heads);
-  const double Kv = static_cast<double>(c.kv_head_count() * c.head_dim());
+  const double tp = static_cast<double>(tp_size());
+  // This rank's key/value width: its heads' share, or one head when they are fewer than the ranks.
+  const double Kv = static_cast<double>(c.kv_head_count() % tp_size() == 0
+                                            ? c.kv_head_count() * c.head_dim() / tp_size()
+                                            : c.head_dim());
   // What the ops save for backward, a token at a time: the block's input, and for GPT-2 ln_1's
   // output, the QKV projection's, attention's, the residual sum, ln_2's output and the MLP's hidden
   // activations before and after the GELU; for Llama the two norms' outputs, the rotated q and k, v,
   // attention's output, the residual sum, and the SwiGLU's gate, up and product. Attention keeps its
-  // logsumexp (f32 a head) and each norm its row statistics.
-  const double saved = c.arch == "gpt2" ? e * (8 * C + 2 * F) : e * (6 * C + 2 * Kv + 3 * F);
+  // logsumexp (f32 a head) and each norm its row statistics. Under tensor parallelism the block's
+  // input, the residual sum and the row statistics are sequence-parallel rows (1/tp of the tokens),
+  // the norms' outputs are saved gathered (every token, whole width) by the projections that read
+  // them, and the projections' outputs, attention and the MLP's hidden activations are this rank's
+  // heads and columns (1/tp of the width).
+  const double saved = c.arch == "gpt2" ? e * ((6 * C + 2 * F) / tp + 2 * C) : e * ((4 * C + 3 * F) / tp + 2 * C + 2 * Kv);
   ActivationSizes s;
-  s.kept_block = N * (saved + 4 * H + 16);
-  s.recomputed_block = N * e * C;  // the block's input, from which backward recomputes it
-  s.kept_attention = N * (e * C + 4 * H);
-  s.kept_residual = N * e * C;
-  // The head's logits (or a chunk of them), the embedding and the final norm's outputs; in
-  // backward, a recomputed block's activations and their gradients beside the kept ones.
+  s.kept_block = N * (saved + 4 * H / tp + 16 / tp);
+  s.recomputed_block = N * e * C / tp;  // the block's input, from which backward recomputes it
+  s.kept_attention = N * (e * C + 4 * H) / tp;
+  s.kept_residual = N * e * C / tp;
+  // The head's logits (or a chunk of them; this rank's vocabulary columns), and the embedding's and
+  // the final norm's outputs: at tp 1 three [N, C] tensors; at tp > 1 the embedding's rows and the
+  // final norm's output gathered for the loss (every token). In backward, a recomputed block's
+  // activations and their gradients beside the kept ones.
   const double logit_rows = options.loss_chunk_rows > 0 ? std::min<double>(N, options.loss_chunk_rows) : N;
-  s.fixed = logit_rows * static_cast<double>(c.vocab) * e + 3 * N * e * C + 2 * s.kept_block;
+  s.logits = logit_rows * static_cast<double>(c.vocab) / tp * e;
+  const double outside = tp_size() == 1 ? 3 : 1 + 1 / tp;
+  s.fixed = s.logits + outside * N * e * C + 2 * s.kept_block;
   return s;
 }
 
@@ -38,8 +51,8 @@ namespace {
 double activations(const ActivationSizes& s, double kept_parameters, const CausalLMOptions& o, const ModelConfig& c,
                    double gradients) {
   const std::int64_t layers = c.layers;
-  const double block_gradient =
-      gradients * static_cast<double>(c.block_parameter_count()) / static_cast<double>(c.parameter_count());
+  const double block_gradient = gradients * static_cast<double>(c.block_parameter_count(tp_size())) /
+                                static_cast<double>(c.parameter_count(tp_size()));
   std::vector<double> held(static_cast<std::size_t>(layers));
   double all = 0;
   for (std::int64_t i = 0; i < layers; ++i) {
@@ -62,7 +75,7 @@ double activations(const ActivationSizes& s, double kept_parameters, const Causa
 
 double kept_parameters(const ModelConfig& c, int world_size) {
   if (world_size == 1 && c.dtype == DType::f32) return 0.0;  // the values themselves, no copy
-  return static_cast<double>(c.block_parameter_count() * static_cast<std::int64_t>(dtype_size(c.dtype)));
+  return static_cast<double>(c.block_parameter_count(tp_size()) * static_cast<std::int64_t>(dtype_size(c.dtype)));
 }
 
 }  // namespace

@@ -26,12 +26,6 @@ void require_divisible(const char* layer, const char* what, std::int64_t value) 
               layer << ": expected " << what << " divisible by tp " << tp_size() << ", found " << value);
 }
 
-// Records that `p` is this rank's part of a whole parameter of `whole` shape, split along `dim` in
-// `parts`.
-void set_split(DistributedParameter& p, int dim, std::vector<std::int64_t> parts, Shape whole) {
-  p.impl()->param->tp = TensorParallelSplit{dim, std::move(parts), std::move(whole), tp_rank(), tp_size()};
-}
-
 // Any leading shape, read as rows of the last dimension.
 Tensor as_rows(const Tensor& x, std::int64_t features, const char* layer) {
   BMT_REQUIRE(x.defined() && x.dim() >= 1 && x.size(-1) == features,
@@ -42,7 +36,22 @@ Tensor as_rows(const Tensor& x, std::int64_t features, const char* layer) {
 
 Tensor gathered_or_none(const DistributedParameter& p) { return p.defined() ? p.gather() : Tensor(); }
 
+// Rows [first, first + count) of x along dimension 0 (x itself when that is all of it).
+Tensor rows_of(const Tensor& x, std::int64_t first, std::int64_t count) {
+  const std::int64_t total = x.size(0);
+  if (first == 0 && count == total) return x;
+  std::vector<std::int64_t> sizes;
+  if (first > 0) sizes.push_back(first);
+  sizes.push_back(count);
+  if (total - first - count > 0) sizes.push_back(total - first - count);
+  return split(x, sizes, 0)[first > 0 ? 1 : 0];
+}
+
 }  // namespace
+
+void split_over_tp(DistributedParameter& p, int dim, std::vector<std::int64_t> parts, Shape whole) {
+  p.impl()->param->tp = TensorParallelSplit{dim, std::move(parts), std::move(whole), tp_rank(), tp_size()};
+}
 
 ColumnParallelLinear::ColumnParallelLinear(std::int64_t in, std::int64_t out, bool with_bias, DType dtype,
                                            init::Fn weight_init, std::vector<std::int64_t> parts) {
@@ -58,11 +67,11 @@ ColumnParallelLinear::ColumnParallelLinear(std::int64_t in, std::int64_t out, bo
   }
   if (!weight_init) weight_init = init::normal(1.0f / std::sqrt(static_cast<float>(in)));
   weight = DistributedParameter({out / tp_size(), in}, dtype, std::move(weight_init));
-  set_split(weight, 0, parts, {out, in});
+  split_over_tp(weight, 0, parts, {out, in});
   register_parameter("weight", weight);
   if (with_bias) {
     bias = DistributedParameter({out / tp_size()}, dtype, init::zeros());
-    set_split(bias, 0, parts, {out});
+    split_over_tp(bias, 0, parts, {out});
     register_parameter("bias", bias);
   }
 }
@@ -93,7 +102,7 @@ RowParallelLinear::RowParallelLinear(std::int64_t in, std::int64_t out, bool wit
   require_divisible(layer, "the input size", in);
   if (!weight_init) weight_init = init::normal(1.0f / std::sqrt(static_cast<float>(in)));
   weight = DistributedParameter({out, in / tp_size()}, dtype, std::move(weight_init));
-  set_split(weight, 1, {in}, {out, in});
+  split_over_tp(weight, 1, {in}, {out, in});
   register_parameter("weight", weight);
   if (with_bias) {
     bias = DistributedParameter({out}, dtype, init::zeros());
@@ -137,7 +146,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::int64_t count, std::int64_t 
   require_divisible(layer, "the row count", count);
   first_row_ = tp_rank() * (count / tp_size());
   weight = DistributedParameter({count / tp_size(), dim}, dtype, std::move(weight_init));
-  set_split(weight, 0, {count}, {count, dim});
+  split_over_tp(weight, 0, {count}, {count, dim});
   register_parameter("weight", weight);
 }
 
@@ -148,6 +157,16 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   BMT_REQUIRE(ids.numel() % tp_size() == 0, "nn::VocabParallelEmbedding: expected a token count divisible by tp "
                                                 << tp_size() << ", found " << ids.numel());
   return scatter_tokens(embedding_part(flat, weight.gather(), first_row_));
+}
+
+Tensor ReplicatedLinear::forward_gathered(const Tensor& x, std::int64_t first, std::int64_t count) const {
+  BMT_REQUIRE(first >= 0 && count > 0 && first + count <= out_features(),
+              "nn::ReplicatedLinear: expected outputs [first, first + count) within " << out_features() << ", found ["
+                                                                                      << first << ", " << first + count
+                                                                                      << ")");
+  const Tensor w = rows_of(copy_tp(weight.gather()), first, count);
+  const Tensor b = bias.defined() ? rows_of(copy_tp(bias.gather()), first, count) : Tensor();
+  return linear_product(as_rows(x, in_features(), "nn::ReplicatedLinear"), w, b, LinearForm::plain, fp8());
 }
 
 Tensor SequenceParallelLayerNorm::forward(const Tensor& rows) const {

@@ -7,6 +7,7 @@
 #include "bmtrain/kernels/gather_packing.hpp"
 #include "bmtrain/kernels/random.hpp"
 #include "bmtrain/nn/parameter.hpp"
+#include "bmtrain/nn/part_map.hpp"
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "bmtrain/runtime/timeline.hpp"
@@ -92,7 +93,7 @@ ShardedStorage::ShardedStorage(std::string name, const std::vector<std::pair<std
     if (s.count == 0) continue;
     const Tensor part = shard_.slice(0, s.shard_offset, s.shard_offset + s.count);
     const auto& init = e.parameter.impl()->param->init;
-    if (init) init(part, s.param_offset, random::key(seed, e.name));
+    if (init) init(part, s.param_offset, PartMap::of(e.parameter), random::key(seed, e.name));
   }
 }
 

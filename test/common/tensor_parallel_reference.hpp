@@ -4,6 +4,7 @@
 // differences of a loss summed over the tensor-parallel group.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <mpi.h>
 #include <string>
@@ -96,6 +97,43 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   for (std::size_t i = 0; i < got.size(); ++i)
     if (std::abs(static_cast<double>(got[i]) - want[i]) > tol * (1.0 + std::abs(want[i])) && reported++ < 5)
       ADD_FAILURE() << what << " element " << i << ": " << got[i] << ", expected " << want[i];
+}
+
+// name -> every parameter of `model` whole: each rank's part gathered over the shard group, the
+// parts gathered over the tensor-parallel group and put in place by part_of (not by the library's
+// PartMap, which this checks); a replicated parameter is this rank's own. `shard_of` gives the
+// per-storage tensor laid out as the shard (by default the values; an optimizer's state works alike).
+inline std::map<std::string, std::vector<float>> whole_parameters(
+    bmt::Module& model, const std::function<bmt::Tensor(bmt::ShardedStorage&)>& shard_of = {}) {
+  std::map<std::string, std::vector<float>> out;
+  const MPI_Comm group = bmt::context().mpi_tp_comm();
+  for (auto* s : bmt::sharded_storages(model)) {
+    const auto v = gather_shards(shard_of ? bmt::contiguous(shard_of(*s)) : s->shard());
+    for (const auto& e : s->entries()) {
+      std::vector<float> part(v.begin() + e.offset, v.begin() + e.offset + e.numel);
+      const bmt::TensorParallelSplit& split = e.parameter.impl()->param->tp;
+      if (split.replicated() || split.tp_size == 1) {
+        out[e.name] = std::move(part);
+        continue;
+      }
+      std::vector<float> parts(part.size() * static_cast<std::size_t>(split.tp_size));
+      MPI_Allgather(part.data(), static_cast<int>(part.size()), MPI_FLOAT, parts.data(), static_cast<int>(part.size()),
+                    MPI_FLOAT, group);
+      std::int64_t whole_numel = 1;
+      for (auto d : split.whole_shape) whole_numel *= d;
+      std::vector<float> index(static_cast<std::size_t>(whole_numel)), whole(index.size());
+      for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<float>(i);
+      for (int q = 0; q < split.tp_size; ++q) {
+        bmt::TensorParallelSplit of_q = split;
+        of_q.tp_rank = q;
+        const auto where = part_of(index, of_q);
+        for (std::size_t k = 0; k < where.size(); ++k)
+          whole[static_cast<std::size_t>(where[k])] = parts[q * part.size() + k];
+      }
+      out[e.name] = std::move(whole);
+    }
+  }
+  return out;
 }
 
 // How the values of a tensor-parallel function are laid out over the group.

@@ -48,6 +48,14 @@ std::set<std::string> block_linear_layers(const std::string& arch) {
   return {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
 }
 
+// A linear layer's fp8 switch (1 on, 0 off) of any kind the blocks are built from; -1 for other modules.
+int fp8_of(const bmt::Module* module) {
+  if (const auto* l = dynamic_cast<const bmt::nn::Linear*>(module)) return l->fp8() ? 1 : 0;
+  if (const auto* l = dynamic_cast<const bmt::nn::ColumnParallelLinear*>(module)) return l->fp8() ? 1 : 0;
+  if (const auto* l = dynamic_cast<const bmt::nn::RowParallelLinear*>(module)) return l->fp8() ? 1 : 0;
+  return -1;
+}
+
 TEST(CausalLMFp8, SwitchesExactlyTheBlocksLinearLayers) {
   for (const ModelConfig& c : {small_gpt2(), small_llama()}) {
     for (bool fp8 : {false, true}) {
@@ -57,14 +65,14 @@ TEST(CausalLMFp8, SwitchesExactlyTheBlocksLinearLayers) {
       const auto wanted = block_linear_layers(c.arch);
       std::int64_t linear = 0, in_fp8 = 0;
       for (const auto& [name, module] : model.named_modules("")) {
-        const auto* layer = dynamic_cast<const bmt::nn::Linear*>(module);
-        if (!layer) continue;
+        const int layer_fp8 = fp8_of(module);
+        if (layer_fp8 < 0) continue;
         ++linear;
         const std::string last = name.substr(name.rfind('.') + 1);
         const bool in_block = name.rfind("blocks.", 0) == 0 && wanted.count(last) == 1;
         EXPECT_TRUE(in_block) << name << ": a linear layer outside the blocks' list";
-        EXPECT_EQ(layer->fp8(), fp8 && in_block) << c.arch << " " << name;
-        in_fp8 += layer->fp8() ? 1 : 0;
+        EXPECT_EQ(layer_fp8 == 1, fp8 && in_block) << c.arch << " " << name;
+        in_fp8 += layer_fp8;
       }
       const auto per_block = static_cast<std::int64_t>(wanted.size());
       EXPECT_EQ(linear, c.layers * per_block) << c.arch;

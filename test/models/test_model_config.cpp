@@ -98,6 +98,46 @@ TEST(MemoryPlan, IsWhatTheBuiltModelPlans) {
   EXPECT_GT(blocks_largest, 0) << "no configuration whose block is its largest storage: the float8 count unchecked";
 }
 
+// Under tensor parallelism (the mesh's tp; BMT_TEST_TP_SIZE in the tp variant of this test) the
+// counts and the plan are one rank's: its parts of the split parameters and the replicated ones
+// whole, as the model built at that tp holds them. Llama both with key/value heads split and with
+// fewer of them than ranks (replicated).
+TEST(MemoryPlanTp, CountsWhatEachRankOfTheGroupHolds) {
+  const int tp = bmt::tp_size();
+  std::vector<ModelConfig> configs{bmt::models::preset("tiny")};
+  for (std::int64_t kv : {std::int64_t{4}, std::int64_t{1}}) {
+    ModelConfig llama;
+    llama.arch = "llama";
+    llama.vocab = 96;
+    llama.max_seq = 32;
+    llama.layers = 2;
+    llama.heads = 4;
+    llama.kv_heads = kv;
+    llama.dim = 32;
+    llama.ffn = 80;
+    llama.tie_embeddings = false;
+    configs.push_back(llama);
+  }
+  for (const auto& c : configs) {
+    const std::string what = c.arch + " kv " + std::to_string(c.kv_head_count()) + " at tp " + std::to_string(tp);
+    CausalLM model(c);
+    std::int64_t n = 0, block = 0;
+    for (const auto& [name, p] : model.named_parameters("")) {
+      n += p.numel();
+      if (name.rfind("blocks.0.", 0) == 0) block += p.numel();
+    }
+    EXPECT_EQ(c.parameter_count(tp), n) << what;
+    EXPECT_EQ(c.block_parameter_count(tp), block) << what;
+    if (tp > 1) EXPECT_LT(n, c.parameter_count()) << what;
+    for (int world : {1, 2}) {
+      const auto sizes = bmt::planned_storage_sizes(model, world);
+      const auto plan = bmt::models::memory_plan(c, {}, world);
+      EXPECT_EQ(plan.parameters, n) << what;
+      EXPECT_EQ(plan.largest_block, *std::max_element(sizes.begin(), sizes.end())) << what << " over " << world;
+    }
+  }
+}
+
 TEST(MemoryPlan, FollowsTheSchedulersRules) {
   const ModelConfig c = small_models()[0];  // 3 blocks
   CausalLMOptions o;

@@ -74,10 +74,11 @@ struct Training {
 // round up to 2 MiB and a small model's figures would be off by the rounding.)
 
 // A kept block also keeps its gathered parameters (at one rank a copy only where f32 values are
-// rounded to the parameters' dtype): the memory plan's buffers, not activations.
+// rounded to the parameters' dtype; under tensor parallelism this rank's parts): the memory plan's
+// buffers, not activations.
 double kept_parameters(const ModelConfig& c) {
   return c.dtype == bmt::DType::f32 ? 0.0
-                                    : static_cast<double>(c.block_parameter_count() * bmt::dtype_size(c.dtype));
+                                    : static_cast<double>(c.block_parameter_count(bmt::tp_size()) * bmt::dtype_size(c.dtype));
 }
 
 TEST(ActivationSizes, AreWhatAForwardKeeps) {
@@ -100,9 +101,16 @@ TEST(ActivationSizes, AreWhatAForwardKeeps) {
       EXPECT_NEAR(kept, s.kept_block, 0.05 * s.kept_block) << what;
       EXPECT_NEAR((attention - none) / kLayers, s.kept_attention, 0.05 * s.kept_attention) << what;
       EXPECT_NEAR((residual - none) / kLayers, s.kept_residual, 0.05 * s.kept_residual) << what;
-      // Everything but the backward's transient: the logits, the embedding's and final norm's
-      // outputs and each recomputed block's input.
-      const double forward = s.fixed - 2 * s.kept_block + kLayers * s.recomputed_block;
+      // Everything but the backward's transient: the logits (made again in backward under tensor
+      // parallelism), the embedding's and final norm's outputs and each recomputed block's input.
+      // Beside them the loss holds the head's table as gathered: at one rank of the shard group a
+      // copy only where f32 values are rounded (a parameter, not an activation: the memory plan's).
+      const double logits = bmt::tp_size() > 1 ? 0.0 : s.logits;
+      const double head = dtype == bmt::DType::f32 ? 0.0
+                                                   : static_cast<double>(c.vocab / bmt::tp_size() * c.dim *
+                                                                         static_cast<std::int64_t>(bmt::dtype_size(dtype)));
+      const double forward =
+          s.fixed - s.logits + logits + head - 2 * s.kept_block + kLayers * s.recomputed_block;
       EXPECT_NEAR(none, forward, 0.15 * forward) << what;
     }
 }
@@ -118,9 +126,10 @@ TEST(ActivationSizes, BoundAStepsPeak) {
       const auto before = bmt::memory_stats().allocated_bytes;
       bmt::CachingAllocator::instance().reset_peak();
       run.step();
-      // The step makes the gradient shards as well (4 bytes a parameter at one rank).
+      // The step makes the gradient shards as well (4 bytes a parameter this rank holds, at one rank
+      // of the shard group).
       const double peak = static_cast<double>(bmt::memory_stats().peak_allocated_bytes - before);
-      const double gradients = 4.0 * static_cast<double>(c.parameter_count());
+      const double gradients = 4.0 * static_cast<double>(c.parameter_count(bmt::tp_size()));
       const double planned = bmt::models::activation_peak(c, o, 1, kTokens, gradients);
       EXPECT_LE(peak, 1.02 * planned) << arch << " keeping " << keep;
       EXPECT_GE(peak, 0.75 * planned) << arch << " keeping " << keep;

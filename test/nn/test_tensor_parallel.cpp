@@ -226,6 +226,32 @@ struct Fp8MlpBlock : MlpBlock {
   }
 };
 
+// A block with a replicated layer beside a column-parallel one, both on the gathered rows, as
+// grouped-query attention's key/value projections with fewer heads than ranks: each rank computes
+// only its columns of the replicated layer's output. In FP8 the replicated weight is gathered in
+// its dtype (its products read a slice of it) while the split ones arrive as codes.
+struct Fp8ReplicatedBlock : bmt::Module {
+  static constexpr std::int64_t kDim = MlpBlock::kDim;
+  bmt::nn::SequenceParallelLayerNorm norm{kDim};
+  bmt::nn::ColumnParallelLinear up{kDim, 4 * bmt::tp_size(), true, bmt::DType::f32, bmt::init::normal(0.4f)};
+  bmt::nn::ReplicatedLinear kv{kDim, 4 * bmt::tp_size(), true, bmt::DType::f32, bmt::init::normal(0.4f)};
+  bmt::nn::RowParallelLinear down{4 * bmt::tp_size(), kDim, true, bmt::DType::f32, bmt::init::normal(0.4f)};
+  Fp8ReplicatedBlock() {
+    register_module("norm", norm);
+    register_module("up", up);
+    register_module("kv", kv);
+    register_module("down", down);
+    up.set_fp8(true);
+    kv.set_fp8(true);
+    down.set_fp8(true);
+  }
+  Tensor forward(const Tensor& rows) const {
+    const Tensor x = bmt::gather_tokens(norm.forward(rows));
+    const Tensor mine = kv.forward_gathered(x, 4 * bmt::tp_rank(), 4);
+    return down.forward_onto(rows, bmt::residual_add(up.forward_gathered(x), mine));
+  }
+};
+
 // The same parameter names in both (blocks.i.up.weight, ...), so the same initial values.
 template <class Block = MlpBlock>
 struct BlockListModel : bmt::DistributedModule {
@@ -265,7 +291,8 @@ void expect_blocks_match_plain_layers() {
   bmt::autograd::backward({yo}, {Tensor::from_floats(g, yo.shape())});
   expect_close(xb.grad().to_host_floats(), xo.grad().to_host_floats(), kTol, "input gradient");
   const auto gb = bmt_test::parameter_grads(in_blocks), go = bmt_test::parameter_grads(outside);
-  ASSERT_EQ(gb.size(), 18u);
+  ASSERT_EQ(gb.size(), go.size());
+  ASSERT_FALSE(go.empty());
   for (const auto& [name, grad] : go) expect_close(gb.at(name), grad, kTol, name.c_str());
 }
 
@@ -277,6 +304,10 @@ TEST(TensorParallelLayers, LayersInATransformerBlockListMatchTheLayersOutsideBlo
 // makes of the part it gathers whole, so the products are the same.
 TEST(TensorParallelLayers, Fp8LayersInATransformerBlockListMatchTheLayersOutsideBlocks) {
   expect_blocks_match_plain_layers<Fp8MlpBlock>();
+}
+
+TEST(TensorParallelLayers, Fp8ReplicatedLayerInATransformerBlockListMatchesTheLayersOutsideBlocks) {
+  expect_blocks_match_plain_layers<Fp8ReplicatedBlock>();
 }
 
 template <class F>
@@ -308,3 +339,38 @@ TEST(TensorParallelLayers, SizesThatDoNotDivideByTpAreRefused) {
 }
 
 }  // namespace
+
+// PartMap: each element of a part is the whole tensor's element that part_of (the layout written out
+// by hand) puts there, and runs() covers any range of the part with maximal runs of consecutive
+// whole indices. Fused parts, column and row splits, a bias and the replicated case.
+TEST(TensorParallelLayers, PartMapAddressesTheWholeTensor) {
+  const std::int64_t tp = bmt::tp_size();
+  bmt::nn::ColumnParallelLinear fused(6, 12 * tp, true, bmt::DType::f32, bmt::init::Fn{}, {4 * tp, 4 * tp, 4 * tp});
+  bmt::nn::ColumnParallelLinear column(5, 2 * tp);
+  bmt::nn::RowParallelLinear row(3 * tp, 7);
+  for (const bmt::DistributedParameter* p : {&fused.weight, &fused.bias, &column.weight, &row.weight, &row.bias}) {
+    const bmt::TensorParallelSplit& split = split_of(*p);
+    const bmt::Shape whole = bmt::whole_shape(*p);
+    std::int64_t whole_numel = 1;
+    for (auto d : whole) whole_numel *= d;
+    std::vector<float> index(static_cast<std::size_t>(whole_numel));
+    for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<float>(i);
+    const auto want = bmt_test::part_of(index, split);
+    ASSERT_EQ(static_cast<std::int64_t>(want.size()), p->numel());
+    const bmt::PartMap map = bmt::PartMap::of(*p);
+    for (std::int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(map.whole_index(i), static_cast<std::int64_t>(want[i])) << i;
+    for (std::int64_t first : {std::int64_t{0}, std::int64_t{1}, p->numel() / 2}) {
+      const std::int64_t count = p->numel() - first - (first > 0 ? 1 : 0);
+      std::int64_t next = first;
+      const auto runs = map.runs(first, count);
+      for (std::size_t r = 0; r < runs.size(); ++r) {
+        EXPECT_EQ(runs[r].part_first, next);
+        for (std::int64_t k = 0; k < runs[r].count; ++k)
+          ASSERT_EQ(runs[r].whole_first + k, static_cast<std::int64_t>(want[next + k]));
+        if (r > 0) EXPECT_NE(runs[r - 1].whole_first + runs[r - 1].count, runs[r].whole_first) << "runs not merged";
+        next += runs[r].count;
+      }
+      EXPECT_EQ(next, first + count);
+    }
+  }
+}

@@ -1,6 +1,6 @@
 // Dropout: the mask is a function of (key, index) (same on recompute, different for another key),
 // the keep rate is within statistical bounds of 1 - p, kept values are scaled by 1 / (1 - p), the
-// gradient uses the same mask, and the identity cases.
+// gradient uses the same mask, rows offset into a larger tensor take its mask, and the identity cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,6 +30,25 @@ TEST(Dropout, SameKeySameMaskOtherKeyOtherMask) {
   for (std::int64_t i = 0; i < n; ++i) differ += (a[i] == 0) != (c[i] == 0);
   // Two independent masks disagree on 2 p (1 - p) = 42% of the elements.
   EXPECT_GT(differ, n / 4);
+}
+
+// Rows of a larger tensor, offset by their first element's index, take that tensor's mask for
+// them: the rows of a [64, 64] input split four ways, forward and gradient alike.
+TEST(Dropout, OffsetRowsTakeTheWholeTensorsMask) {
+  const std::vector<float> xv = nonzero_inputs(4096, 3);
+  const auto whole = dropout(Tensor::from_floats(xv, {64, 64}), 0.4f, 77).to_host_floats();
+  for (std::int64_t part = 0; part < 4; ++part) {
+    const std::vector<float> rows(xv.begin() + part * 1024, xv.begin() + (part + 1) * 1024);
+    Tensor x = Tensor::from_floats(rows, {16, 64});
+    x.set_requires_grad(true);
+    const Tensor y = dropout(x, 0.4f, 77, true, static_cast<std::uint64_t>(part * 1024));
+    const auto got = y.to_host_floats();
+    for (std::int64_t i = 0; i < 1024; ++i) ASSERT_EQ(got[i], whole[part * 1024 + i]) << part << " " << i;
+    autograd::backward({y}, {Tensor::from_floats(std::vector<float>(1024, 1.0f), {16, 64})});
+    const auto g = x.grad().to_host_floats();
+    for (std::int64_t i = 0; i < 1024; ++i)
+      ASSERT_EQ(g[i] == 0.0f, whole[part * 1024 + i] == 0.0f) << "gradient " << part << " " << i;
+  }
 }
 
 TEST(Dropout, MaskMatchesTheCounterBasedRandomStream) {

@@ -1,8 +1,11 @@
 // bmt-train's GPT-2 and Llama (ZeRO-3 over the ranks, f32 and bf16) against a float64 reference
 // written from the models' definitions with nothing of bmtrain (gpt_reference.hpp): a step's loss,
 // and its gradients at coordinates spread over every parameter against central differences of the
-// reference's loss. Every rank computes the reference on the whole global batch, of which it
-// trains on its own part: the gradients reduced over the ranks are the whole batch's.
+// reference's loss. Every rank computes the reference on the whole global batch, of which its
+// data-parallel group trains on its own part: the gradients reduced over the ranks are the whole
+// batch's. Under tensor parallelism (BMT_TEST_TP_SIZE) the parameters and gradients are compared
+// whole, put together from the ranks' parts; Llama with fewer key/value heads than ranks checks the
+// replicated key/value projections' gradient, summed over the group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <map>
 
 #include "common/gathered_parameters.hpp"
+#include "common/tensor_parallel_reference.hpp"
 #include "gpt_reference.hpp"
 #include "small_gpt.hpp"
 
@@ -34,9 +38,9 @@ Batch reference_batch(int step, std::int64_t vocab) {
 
 // A step's mean loss over the global batch; the gradients stay in the gradient shards.
 float loss_and_gradients(bmt::models::CausalLM& model, bmt::optim::OptimManager& manager, int step, bool through_manager) {
-  const int n = bmt::world_size();
-  const std::int64_t local = small_gpt::kGlobalBatch / n;
-  const auto mine = small_gpt::sequences(small_gpt::global_batch(step, model.config().vocab), bmt::rank() * local, local);
+  const std::int64_t local = small_gpt::kGlobalBatch / bmt::dp_size();
+  const auto mine =
+      small_gpt::sequences(small_gpt::global_batch(step, model.config().vocab), bmt::dp_rank() * local, local);
   manager.zero_grad();
   bmt::Tensor loss = model.loss(bmt::Tensor::from_ints(mine.tokens, {local, small_gpt::kSeq}),
                                 bmt::Tensor::from_ints(mine.targets, {local, small_gpt::kSeq}));
@@ -47,6 +51,17 @@ float loss_and_gradients(bmt::models::CausalLM& model, bmt::optim::OptimManager&
   float l = loss.to_host_floats()[0];
   bmt::context().host_comm().all_reduce(&l, &l, 1, bmt::DType::f32, bmt::ReduceOp::avg, bmt::context().compute_stream());
   return l;
+}
+
+// Every parameter's value and gradient, whole (at tp > 1 put together from the ranks' parts).
+bmt_test::Gathered whole_values_and_gradients(bmt::models::CausalLM& model) {
+  if (bmt::tp_size() == 1) return bmt_test::gathered(model);
+  for (auto* s : bmt::sharded_storages(model)) s->settle();
+  const auto values = bmt_test::whole_parameters(model);
+  const auto grads = bmt_test::whole_parameters(model, [](bmt::ShardedStorage& s) { return s.grad_shard(); });
+  bmt_test::Gathered out;
+  for (const auto& [name, v] : values) out[name] = {v, grads.at(name)};
+  return out;
 }
 
 // One coordinate's gradient: bmt-train's and the reference's central difference.
@@ -66,6 +81,7 @@ struct Comparison {
 Comparison compare_with_reference(bmt::models::ModelConfig cfg, bmt::DType dtype, std::size_t parameters) {
   const std::string arch = cfg.arch;
   cfg.dtype = dtype;
+  if (bmt::tp_size() > 1) cfg.vocab = 68;  // the vocabulary's rows split over the group
   bmt::models::CausalLM model(cfg);
   bmt::init_parameters(model);
   bmt::optim::AdamW adamw(model, bmt::optim::AdamWOptions{});
@@ -78,7 +94,7 @@ Comparison compare_with_reference(bmt::models::ModelConfig cfg, bmt::DType dtype
   manager.step();
   Comparison out;
   out.loss = loss_and_gradients(model, manager, 1, false);
-  const bmt_test::Gathered params = bmt_test::gathered(model);
+  const bmt_test::Gathered params = whole_values_and_gradients(model);
 
   gpt_reference::Params reference;
   for (const auto& [name, vg] : params) reference[name] = std::vector<double>(vg.first.begin(), vg.first.end());
@@ -173,6 +189,14 @@ TEST(GptReference, LlamaLossAndGradientsMatchAFloat64Reference) {
 
 TEST(GptReference, Llama3LikeLossAndGradientsMatchAFloat64Reference) {
   expect_f32_matches(llama3_like(), 2 + 9 * 2);  // wte (also the head), norm; 9 a block
+}
+
+// Llama with one key/value head for 4 query heads: at tp 2 each rank holds k and v whole and
+// computes the one head its query heads read.
+TEST(GptReference, LlamaOneKeyValueHeadLossAndGradientsMatchAFloat64Reference) {
+  auto cfg = llama3_like();
+  cfg.kv_heads = 1;
+  expect_f32_matches(cfg, 2 + 9 * 2);
 }
 
 TEST(GptReference, Bf16Gpt2StaysNearTheFloat64Reference) { expect_bf16_near(small_gpt::config("gpt2", 2), 4 + 12 * 2); }

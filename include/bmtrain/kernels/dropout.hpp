@@ -15,7 +15,7 @@ KOKKOS_INLINE_FUNCTION bool dropout_keeps(std::uint64_t key, std::uint64_t index
 }
 
 // y = x * mask / (1 - p); x and y contiguous, same shape and floating dtype (y may be x).
-// p in [0, 1]; p == 1 drops everything (y = 0).
-void dropout_apply(const Tensor& x, float p, std::uint64_t key, const Tensor& y);
+// p in [0, 1]; p == 1 drops everything (y = 0). Element i takes the mask's element first + i.
+void dropout_apply(const Tensor& x, float p, std::uint64_t key, const Tensor& y, std::uint64_t first = 0);
 
 }  // namespace bmt::kernels

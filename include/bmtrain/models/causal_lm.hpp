@@ -12,6 +12,13 @@
 //   bmt::models::load_hf_checkpoint(model, "Llama-3.2-1B/");         // collective
 //   ... train: model.loss(tokens, targets), OptimManager ...
 //   bmt::models::save_hf_checkpoint(model, "fine-tuned/");           // collective
+//
+// With tensor parallelism (InitOptions::tp_size > 1) the embedding and an untied head are split by
+// vocabulary rows over the tp group, the blocks by heads and MLP width (GPT2Block, LlamaBlock), and
+// hidden states between them are sequence-parallel rows; the loss is the vocabulary-parallel
+// cross-entropy (ops/vocab_parallel_cross_entropy.hpp), so no rank holds whole logits. Every rank
+// of a tp group must be given the same tokens and targets. ModelConfig::check_tensor_parallel
+// says which configurations split.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,8 +40,9 @@ struct CausalLMOptions {
   std::int64_t keep_blocks = 0;   // the last N blocks keep their activations instead of recomputing
   std::int64_t loss_chunk_rows = 0;  // > 0: the head and loss take that many token rows at a time
                                      // (bmt::linear_cross_entropy), never holding all the logits
-  bool fp8 = false;  // every block's linear layers in FP8 (nn::Linear::set_fp8); the embedding, the
-                     // final norm and the head stay in the model's dtype
+  bool fp8 = false;  // every block's linear layers in FP8 (nn::Linear::set_fp8; at tp > 1 each rank
+                     // scales its own part); the embedding, the final norm and the head stay in the
+                     // model's dtype
 };
 
 class CausalLM : public DistributedModule {
@@ -42,22 +50,28 @@ class CausalLM : public DistributedModule {
   explicit CausalLM(const ModelConfig& config, const CausalLMOptions& options = {});
 
   Tensor loss(const Tensor& tokens, const Tensor& targets);
-  // The next-token logits [batch, seq, vocab], in the model's dtype.
+  // The next-token logits [batch, seq, vocab], in the model's dtype (tp 1 only: at tp > 1 no rank
+  // holds a row's whole logits).
   Tensor logits(const Tensor& tokens);
   const ModelConfig& config() const { return c_; }
   const CausalLMOptions& options() const { return options_; }
 
  private:
   Tensor hidden(const Tensor& tokens);
+  // This rank's sequence-parallel rows of the final hidden states (tp > 1).
+  Tensor hidden_rows(const Tensor& tokens);
   Tensor head();
   ModelConfig c_;
   CausalLMOptions options_;
   DistributedParameter wte, wpe, lm_head;
   Tensor positions_;  // [1, T] position ids 0..T-1 for GPT-2's learned positions
+  Tensor row_positions_;  // at tp > 1: the positions of this rank's rows, for sequences of
+  std::int64_t row_positions_seq_ = 0;  // this length
+  std::int64_t first_vocab_row_ = 0;  // the first row of the whole vocabulary this rank holds
   TransformerBlockList<GPT2Block> gpt2_blocks;
   TransformerBlockList<LlamaBlock> llama_blocks;
-  std::unique_ptr<nn::LayerNorm> ln_f;
-  std::unique_ptr<nn::RMSNorm> norm;
+  std::unique_ptr<nn::SequenceParallelLayerNorm> ln_f;
+  std::unique_ptr<nn::SequenceParallelRMSNorm> norm;
 };
 
 // Block i's checkpoint options under `options` for a model of `layers` blocks.

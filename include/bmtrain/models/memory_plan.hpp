@@ -3,7 +3,9 @@
 // nothing is allocated): its parameter count, its largest storage as ShardedStorage plans it, and
 // the gathered copies its block list keeps, by the block scheduler's own rules
 // (bmt::effective_prefetch_depth, bmt::keeps_gathered_parameters). The caller adds the optimizer's
-// side (offload, accumulation) and asks bmt::optim::estimate_memory for the bytes.
+// side (offload, accumulation) and asks bmt::optim::estimate_memory for the bytes. Under tensor
+// parallelism the plan is one rank's of the mesh's tp group: its parts of the split parameters and
+// the replicated ones whole (ModelConfig::parameter_count(tp)).
 #include "bmtrain/models/causal_lm.hpp"
 #include "bmtrain/models/model_config.hpp"
 #include "bmtrain/optim/memory_estimate.hpp"

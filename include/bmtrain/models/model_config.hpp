@@ -51,16 +51,23 @@ struct ModelConfig {
 
   std::int64_t head_dim() const { return dim / heads; }
   std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
-  // Parameters, counting a tied embedding once.
-  std::int64_t parameter_count() const;
-  // Parameters of one transformer block.
-  std::int64_t block_parameter_count() const;
+  // Parameters, counting a tied embedding once. At tp > 1: those one rank of the tensor-parallel
+  // group holds, its parts of the split ones (1/tp) and the replicated ones whole (norms, biases of
+  // row-parallel layers, GPT-2's positions, key/value projections when kv_heads < tp).
+  std::int64_t parameter_count(int tp = 1) const;
+  // Parameters of one transformer block (at tp > 1, as parameter_count says).
+  std::int64_t block_parameter_count(int tp = 1) const;
   // Training FLOPs per token: 6N + 6 L C T (the attention scores and their use).
   double flops_per_token(std::int64_t seq) const {
     return 6.0 * static_cast<double>(parameter_count()) + 6.0 * static_cast<double>(layers * dim * seq);
   }
   // Throws bmt::Error naming the first field that is out of range or inconsistent with another.
   void validate() const;
+  // Throws bmt::Error with one line naming heads, kv_heads, ffn, vocab and tp unless the model can
+  // be split over `tp` tensor-parallel ranks: attention by heads (key/value heads split when
+  // kv_heads % tp == 0, replicated when tp % kv_heads == 0), the MLP by its hidden size, the
+  // vocabulary by rows.
+  void check_tensor_parallel(int tp) const;
 };
 
 // The initializer of the projections that write into the residual stream (GPT-2's and Llama's

@@ -2,6 +2,7 @@
 // The models layer: GPT-2 and Llama built from bmtrain's layers, their one configuration
 // (presets, Hugging Face config.json in and out), their Hugging Face tensor names, and what they
 // will hold in memory. docs/MODELS.md describes them.
+#include "bmtrain/models/block_rows.hpp"
 #include "bmtrain/models/causal_lm.hpp"
 #include "bmtrain/models/gpt2_block.hpp"
 #include "bmtrain/models/hf_config.hpp"

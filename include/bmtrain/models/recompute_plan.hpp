@@ -18,7 +18,9 @@
 
 namespace bmt::models {
 
-// Bytes of activations one micro-batch of `tokens` tokens (rows x seq, on one rank) holds.
+// Bytes of activations one micro-batch of `tokens` tokens (rows x seq, on one rank; under tensor
+// parallelism the tp group's shared micro-batch, of which each rank holds its part as the mesh's tp
+// divides it) holds.
 struct ActivationSizes {
   double kept_block = 0;      // a block that keeps its activations, from forward to backward
   double recomputed_block = 0;  // a block that recomputes: its input
@@ -26,6 +28,8 @@ struct ActivationSizes {
   double kept_residual = 0;   // more, a recomputed block keeping its residual sums
   double fixed = 0;  // the rest of a step at its peak: embeddings, the head and loss, the last
                      // block's recompute and its gradients in backward
+  double logits = 0;  // of fixed, the head's logits (or a chunk of them; at tp > 1 this rank's
+                      // vocabulary columns), which a forward keeps only at tp 1 without chunks
 };
 ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
 

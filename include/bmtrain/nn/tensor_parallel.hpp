@@ -28,6 +28,10 @@
 
 namespace bmt::nn {
 
+// Records that `p` is this rank's part of a whole parameter of shape `whole`, split along `dim` in
+// `parts` (ParameterInfo::tp); for parameters a model declares itself rather than through a layer.
+void split_over_tp(DistributedParameter& p, int dim, std::vector<std::int64_t> parts, Shape whole);
+
 // y = x W^T + b with W's rows (the outputs) split over the group: weight [out/tp, in] and bias
 // [out/tp] are this rank's rows of every part of the whole [out, in] and [out], in part order.
 // `parts` (default {out}) lists the whole output's parts, each split on its own: GPT-2's fused
@@ -108,6 +112,22 @@ class VocabParallelEmbedding : public Module {
 
  private:
   std::int64_t first_row_ = 0;
+};
+
+// nn::Linear with its whole weight on every rank of the group (replicated), applied to rows that are
+// the same on every rank (gathered by gather_tokens), computing only outputs [first, first + count):
+// grouped-query attention with fewer key/value heads than ranks computes on each rank just the head
+// its query heads read. The weight goes through copy_tp, so its gradient sums every rank's share.
+class ReplicatedLinear : public Linear {
+ public:
+  using Linear::Linear;
+  Tensor forward_gathered(const Tensor& x, std::int64_t first, std::int64_t count) const;
+  // Products in FP8 as nn::Linear::set_fp8, but the weight stays gathered in its dtype: the product
+  // reads a slice of it (through copy_tp), which whole-weight float8 codes would not give.
+  void set_fp8(bool on) {
+    Linear::set_fp8(on);
+    weight.impl()->param->gather_float8 = false;
+  }
 };
 
 // nn::LayerNorm and nn::RMSNorm on sequence-parallel rows: the same parameters (replicated), used

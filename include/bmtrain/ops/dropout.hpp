@@ -10,7 +10,9 @@
 // random::next_key() hands out a fresh one per call from a counter that CheckpointBlock saves
 // before a block's forward and restores for its recompute.
 // With training == false or p == 0 dropout is the identity and returns x itself. p must be in
-// [0, 1]; p == 1 returns zeros.
+// [0, 1]; p == 1 returns zeros. `first` offsets the index: element i of x takes the mask's element
+// first + i, so that a rank holding rows of a larger tensor (sequence-parallel rows) draws that
+// tensor's mask for them, the same as one rank holding it whole.
 #include <cstdint>
 
 #include "bmtrain/kernels/random.hpp"
@@ -18,6 +20,6 @@
 
 namespace bmt {
 
-Tensor dropout(const Tensor& x, float p, std::uint64_t key, bool training = true);
+Tensor dropout(const Tensor& x, float p, std::uint64_t key, bool training = true, std::uint64_t first = 0);
 
 }  // namespace bmt
