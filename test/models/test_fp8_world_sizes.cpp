@@ -21,33 +21,16 @@
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/models/models.hpp>
 
+#include "small_bf16_models.hpp"
+
 namespace {
 
 using bmt::models::CausalLM;
 using bmt::models::CausalLMOptions;
 using bmt::models::ModelConfig;
 
-ModelConfig small_gpt2() {
-  ModelConfig c = bmt::models::preset("tiny");
-  c.layers = 2;
-  c.dtype = bmt::DType::bf16;
-  return c;
-}
-
-ModelConfig small_llama() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.vocab = 97;
-  c.max_seq = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.dim = 32;
-  c.ffn = 80;
-  c.tie_embeddings = false;
-  c.dtype = bmt::DType::bf16;
-  return c;
-}
+using bmt_test::small_gpt2;
+using bmt_test::small_llama;
 
 // A model in FP8 with its AdamW, on one batch that every rank feeds.
 struct Fp8Training {

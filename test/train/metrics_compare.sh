@@ -1,0 +1,16 @@
+# shellcheck shell=bash
+# Sourced by the CLI test scripts: reading and comparing --metrics files. near calls the sourcing
+# script's fail.
+# field FILE KEY: "step value" lines of the metrics file's KEY.
+field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | awk '{ print NR " " $1 }'; }
+steps() { sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$1"; }
+near() {  # near A B WHAT: the losses and gradient norms of metrics files A and B agree within 1e-5
+  local key
+  for key in loss grad_norm; do
+    paste <(steps "$1") <(field "$1" $key) <(steps "$2") <(field "$2" $key) | \
+      awk '{ d = $3 - $6; if (d < 0) d = -d
+             if ($1 != $4 || d > 1e-5 * ($3 < 0 ? -$3 : $3)) { print "step " $1 ": " $3 " vs " $6; bad = 1 } }
+           END { exit bad }' || fail "$3: $key differs"
+  done
+  [ "$(steps "$1" | wc -l)" -eq "$(steps "$2" | wc -l)" ] || fail "$3: different numbers of steps"
+}
