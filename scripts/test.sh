@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+scripts/configure.sh
 cmake --build build --parallel "$(nproc)"
 # Oversubscribed MPI tests must not spin: let idle ranks yield the core.
 export OMPI_MCA_mpi_yield_when_idle=1
