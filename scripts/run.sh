@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+scripts/configure.sh
 cmake --build build --parallel "$(nproc)" --target bmt-train
 flags=(--oversubscribe)
 if [ "$(id -u)" -eq 0 ]; then flags+=(--allow-run-as-root); fi
