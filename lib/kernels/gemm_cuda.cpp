@@ -68,6 +68,21 @@ std::uint32_t alignment(const void* p) {
   return align;
 }
 
+// Tells the heuristic the operands' actual alignments (our A, B and C): it otherwise assumes 256
+// bytes and may pick a kernel that cublasLtMatmul then refuses (CUBLAS_STATUS_NOT_SUPPORTED) for
+// operands that are only 16-byte aligned, such as a weight's codes inside a block's gather slot.
+// cuBLASLt's A is our B and its B is our A.
+void set_min_alignments(cublasLtMatmulPreference_t pref, std::int64_t align_a, std::int64_t align_b,
+                        std::int64_t align_c) {
+  const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(align_b), static_cast<std::uint32_t>(align_a),
+                                   static_cast<std::uint32_t>(align_c), static_cast<std::uint32_t>(align_c)};
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]));
+}
+
 // Everything that selects a plan. All fields are 64-bit, so the struct has no padding and compares
 // and hashes as bytes.
 struct PlanKey {
@@ -369,6 +384,7 @@ class LtSession {
     const std::uint64_t workspace = kWorkspaceBytes;
     BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                           sizeof workspace));
+    set_min_alignments(pref, key.align_a, key.align_b, key.align_c);
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second,
@@ -414,14 +430,7 @@ class LtSession {
     const std::uint64_t workspace = kWorkspaceBytes;
     BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                           sizeof workspace));
-    // cuBLASLt's A is our B and its B is our A.
-    const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(key.align_b), static_cast<std::uint32_t>(key.align_a),
-                                     static_cast<std::uint32_t>(key.align_c), static_cast<std::uint32_t>(key.align_c)};
-    const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i)
-      BMT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof aligns[i]));
+    set_min_alignments(pref, key.align_a, key.align_b, key.align_c);
     const double flops = 2.0 * static_cast<double>(key.m) * key.n * key.k * key.batch;
     const bool tune = gemm_autotune() && flops >= kTuneMinFlops;
     cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};

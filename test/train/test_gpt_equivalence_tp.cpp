@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -155,10 +156,17 @@ constexpr double kLossAcrossLayouts = 1e-5;
 constexpr double kNormAcrossLayouts = 1e-5;
 constexpr double kParamAcrossLayouts = 5e-5;
 
+// The largest difference relative to max(1, |want|), printed on rank 0 so that a run shows how far
+// inside its tolerance the layout's rounding lands.
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0, std::fabs(static_cast<double>(want[i])))) << what << " [" << i << "]";
+  double largest = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double scale = std::max(1.0, std::fabs(static_cast<double>(want[i])));
+    ASSERT_NEAR(got[i], want[i], rel * scale) << what << " [" << i << "]";
+    largest = std::max(largest, std::fabs(static_cast<double>(got[i]) - want[i]) / scale);
+  }
+  if (bmt::rank() == 0) std::printf("%s: largest difference %.2e (tolerance %.0e)\n", what.c_str(), largest, rel);
 }
 
 }  // namespace
@@ -194,9 +202,16 @@ TEST(GptEquivalenceTp, SameInitLossesNormsAndParametersAsOneRank) {
       ASSERT_EQ(runs[k].initial[i], golden[k].initial[i]) << run << ": initial parameter [" << i << "]";
     expect_close(runs[k].losses, golden[k].losses, kLossAcrossLayouts, run + ": loss");
     ASSERT_EQ(runs[k].norms.size(), golden[k].norms.size());
-    for (std::size_t i = 0; i < runs[k].norms.size(); ++i)
+    double norm_diff = 0;
+    for (std::size_t i = 0; i < runs[k].norms.size(); ++i) {
       EXPECT_NEAR(runs[k].norms[i], golden[k].norms[i], kNormAcrossLayouts * golden[k].norms[i])
           << run << ": gradient norm of step " << i + 1;
+      norm_diff = std::max(norm_diff, std::fabs(static_cast<double>(runs[k].norms[i]) - golden[k].norms[i]) /
+                                          golden[k].norms[i]);
+    }
+    if (bmt::rank() == 0)
+      std::printf("%s: gradient norm: largest relative difference %.2e (tolerance %.0e)\n", run.c_str(), norm_diff,
+                  kNormAcrossLayouts);
     expect_close(runs[k].params, golden[k].params, kParamAcrossLayouts, run + ": parameter");
   }
 }
