@@ -2,6 +2,7 @@
 
 #include <bmtrain/bmtrain.hpp>
 #include <bmtrain/kernels/gemm.hpp>
+#include <bmtrain/models/causal_lm.hpp>
 #include <bmtrain/models/memory_plan.hpp>
 
 #include "step_traffic.hpp"
@@ -22,14 +23,26 @@ std::string recompute_description(const bmt::models::CausalLMOptions& o, std::in
   return text;
 }
 
+// The tensor-parallel group's all-gathers and reduce-scatters of a micro-batch's activations: a
+// block's two of each in forward (before its column-parallel and after its row-parallel layers), as
+// many again in backward and in a recompute (counted as a whole forward), and the embedding's
+// reduce-scatter and the loss's all-gather with their backward.
+double tp_collectives(const bmt::models::CausalLMOptions& options, std::int64_t layers, bool eval_only) {
+  constexpr double kForward = 4, kEnds = 2;
+  if (eval_only) return kForward * static_cast<double>(layers) + kEnds;
+  double n = 2 * kEnds;
+  for (std::int64_t i = 0; i < layers; ++i)
+    n += 2 * kForward + (bmt::models::block_options(options, layers, i).use_checkpoint ? kForward : 0);
+  return n;
+}
+
 // The banner's account of the shard group and of what a rank sends a step (step_traffic.hpp).
 std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& f) {
   const auto& ctx = bmt::context();
   const bmt::Mesh& mesh = ctx.mesh();
   TrafficPlan p;
   // The parameters this rank's shard group gathers: its tp rank's parts (all of them at tp 1), the
-  // blocks' FP8 weights as 1-byte codes. The tensor-parallel group's activation collectives are not
-  // counted here.
+  // blocks' FP8 weights as 1-byte codes.
   const auto parameters = static_cast<double>(cfg.parameter_count(mesh.tp_size));
   const auto float8 = static_cast<double>(cfg.layers * bmt::models::block_float8_elements(cfg, o.model_options()));
   p.parameter_bytes = (parameters - float8) * static_cast<double>(bmt::dtype_size(cfg.dtype)) + float8;
@@ -41,13 +54,26 @@ std::string traffic_description(const TrainOptions& o, const ModelConfig& cfg, c
   p.replicas = mesh.replica_count;
   p.gathers_per_pass = o.eval_only || o.zero_level == 2 ? 1 : 2;
   p.micro_batches = f.accumulation;
+  p.tp_size = mesh.tp_size;
+  if (mesh.tp_size > 1) {
+    const auto element = static_cast<std::int64_t>(bmt::dtype_size(cfg.dtype));
+    p.activation_bytes = static_cast<double>(f.micro_batch * o.seq * cfg.dim * element);
+    p.activation_collectives = tp_collectives(f.model_options, cfg.layers, o.eval_only);
+  }
   const StepTraffic t = step_traffic(p);
+  const StepTraffic activations = step_traffic([&] {
+    TrafficPlan a = p;
+    a.parameter_bytes = a.gradient_bytes = 0;
+    return a;
+  }());
   return "mesh tp " + std::to_string(mesh.tp_size) + " x dp " + std::to_string(mesh.dp_size) + "  shard group " +
          bmt::shard_group_name(mesh.shard_group) + " (" +
          std::to_string(mesh.shard_size) + " rank" + (mesh.shard_size > 1 ? "s" : "") +
          (mesh.replica_count > 1 ? ", " + std::to_string(mesh.replica_count) + " replicas" : std::string()) +
          ")  a rank sends " + bytes_text(t.inside_node) + " inside its node and " + bytes_text(t.outside_node) +
-         " to other nodes a step";
+         " to other nodes a step" +
+         (mesh.tp_size > 1 ? " (tensor-parallel activations " + bytes_text(activations.inside_node) + " of it)"
+                           : std::string());
 }
 
 }  // namespace

@@ -16,10 +16,12 @@ void add_collective(StepTraffic& t, double bytes, int n, int local, double times
 }  // namespace
 
 StepTraffic step_traffic(const TrafficPlan& p) {
-  BMT_REQUIRE(p.shard_size > 0 && p.replicas > 0 && p.micro_batches > 0 && p.gathers_per_pass >= 0,
+  BMT_REQUIRE(p.shard_size > 0 && p.replicas > 0 && p.tp_size > 0 && p.micro_batches > 0 && p.gathers_per_pass >= 0 &&
+                  p.activation_collectives >= 0,
               "step_traffic: expected positive group sizes and micro-batches, found shard group "
-                  << p.shard_size << ", replicas " << p.replicas << ", micro-batches " << p.micro_batches
-                  << ", gathers " << p.gathers_per_pass);
+                  << p.shard_size << ", replicas " << p.replicas << ", tp " << p.tp_size << ", micro-batches "
+                  << p.micro_batches << ", gathers " << p.gathers_per_pass << ", activation collectives "
+                  << p.activation_collectives);
   BMT_REQUIRE(p.shard_ranks_on_node >= 1 && p.shard_ranks_on_node <= p.shard_size,
               "step_traffic: expected 1 to " << p.shard_size << " shard-group ranks on the node, found "
                                              << p.shard_ranks_on_node);
@@ -30,6 +32,8 @@ StepTraffic step_traffic(const TrafficPlan& p) {
   // Each micro-batch's gradient shard is averaged over the replicas, one on each node: an
   // all-reduce, a reduce-scatter and an all-gather of the shard.
   add_collective(t, p.gradient_bytes / p.shard_size, p.replicas, 1, 2 * passes);
+  // The tensor-parallel group is consecutive ranks of one node.
+  add_collective(t, p.activation_bytes, p.tp_size, p.tp_size, passes * p.activation_collectives);
   return t;
 }
 

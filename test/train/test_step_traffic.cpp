@@ -54,6 +54,19 @@ TEST(StepTraffic, ZeroLevelTwoGathersOnce) {
   EXPECT_DOUBLE_EQ(t.inside_node, 500.0 + 1000.0);
 }
 
+TEST(StepTraffic, TensorParallelActivationsStayInsideTheNode) {
+  // tp 2 x shard group 2 over 2 nodes (a tp group on each node, the shard group across them):
+  // 10 all-gathers or reduce-scatters of a 400-byte activation matrix a micro-batch, half of each
+  // sent to the other rank of the tp group, on the node; the parameters' traffic crosses nodes.
+  auto p = plan(2, 1, 1, 3);
+  p.tp_size = 2;
+  p.activation_bytes = 400;
+  p.activation_collectives = 10;
+  const auto t = bmt_train::step_traffic(p);
+  EXPECT_DOUBLE_EQ(t.inside_node, 3 * 10 * 200.0);
+  EXPECT_DOUBLE_EQ(t.outside_node, 3 * (2 * 500.0 + 1000.0));
+}
+
 TEST(StepTraffic, MoreRanksOnTheNodeThanInTheGroupIsRefused) {
   try {
     bmt_train::step_traffic(plan(4, 5, 1, 1));
