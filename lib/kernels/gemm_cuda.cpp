@@ -70,8 +70,7 @@ std::uint32_t alignment(const void* p) {
 
 // Tells the heuristic the operands' actual alignments (our A, B and C): it otherwise assumes 256
 // bytes and may pick a kernel that cublasLtMatmul then refuses (CUBLAS_STATUS_NOT_SUPPORTED) for
-// operands that are only 16-byte aligned, such as a weight's codes inside a block's gather slot.
-// cuBLASLt's A is our B and its B is our A.
+// operands aligned less. cuBLASLt's A is our B and its B is our A.
 void set_min_alignments(cublasLtMatmulPreference_t pref, std::int64_t align_a, std::int64_t align_b,
                         std::int64_t align_c) {
   const std::uint32_t aligns[4] = {static_cast<std::uint32_t>(align_b), static_cast<std::uint32_t>(align_a),
