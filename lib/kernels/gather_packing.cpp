@@ -64,10 +64,11 @@ void quantize_e4m3_on(const ExecSpace& space, const void* x, DType dtype, std::i
   });
 }
 
-void e4m3_scale_inv_on(const ExecSpace& space, const float* amax, float* scale_inv, std::int64_t count) {
+void e4m3_scale_inv_on(const ExecSpace& space, const float* amax, float* scale_inv, std::int64_t count,
+                       std::int64_t stride) {
   if (count <= 0) return;
   Kokkos::parallel_for("bmt::gather_scale_inv", Range(space, 0, count), KOKKOS_LAMBDA(std::int64_t k) {
-    scale_inv[k] = 1.0f / float8_scale(amax[k], f8e4m3_t::max());
+    scale_inv[k * stride] = 1.0f / float8_scale(amax[k], f8e4m3_t::max());
   });
 }
 

@@ -54,7 +54,8 @@ const ShardedStorage::GatherLayout& ShardedStorage::gather_layout() const {
     at = align_up(at + static_cast<std::size_t>(entries_[i].numel) * (marks[i] ? 1 : dsize), kAllocationAlignment);
   }
   l->scales_at = at;
-  l->bytes = align_up(at + sizeof(float) * static_cast<std::size_t>(l->float8_count), kAllocationAlignment);
+  const std::size_t scale_bytes = GatherLayout::kScaleStride * static_cast<std::size_t>(l->float8_count);
+  l->bytes = align_up(at + scale_bytes, kAllocationAlignment);
   l->pieces.resize(static_cast<std::size_t>(world_size_));
   for (int r = 0; r < world_size_; ++r) {
     const std::int64_t begin = r * shard_size_, end = begin + shard_size_;
@@ -135,7 +136,7 @@ void ShardedStorage::gather_into(const Tensor& full, const Tensor& staging, Comm
   // Every rank's scales from the agreed maxima, and this rank's pieces cast.
   float* scale_inv = reinterpret_cast<float*>(base + l.scales_at);
   stream.launch([=] {
-    kernels::e4m3_scale_inv_on(on->space(), amax, scale_inv, count);
+    kernels::e4m3_scale_inv_on(on->space(), amax, scale_inv, count, GatherLayout::kScaleStride / sizeof(float));
     for (const auto& p : mine) {
       const char* src = shard + static_cast<std::size_t>(p.shard_offset) * from_size;
       if (float8[p.entry])

@@ -272,7 +272,8 @@ void ShardedStorage::bind(const Tensor& full) {
     if (l.float8[i]) {  // codes and scale in place of values
       impl.storage.reset();
       const auto codes_at = static_cast<std::int64_t>(l.at[i]);
-      const auto scale_at = static_cast<std::int64_t>(l.scales_at / sizeof(float)) + l.scale[i];
+      const std::size_t scale_byte = l.scales_at + GatherLayout::kScaleStride * static_cast<std::size_t>(l.scale[i]);
+      const auto scale_at = static_cast<std::int64_t>(scale_byte / sizeof(float));
       impl.param->float8_codes =
           Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f8e4m3, codes_at, e.parameter.shape())));
       impl.param->float8_scale_inv = Tensor(std::make_shared<TensorImpl>(view_impl(full, DType::f32, scale_at, {})));

@@ -29,9 +29,10 @@ void abs_max_on(const Kokkos::DefaultExecutionSpace& space, const void* x, DType
 void quantize_e4m3_on(const Kokkos::DefaultExecutionSpace& space, const void* x, DType dtype, std::int64_t n,
                       const float* amax, std::uint8_t* codes);
 
-// scale_inv[k] = 1 / float8_scale(amax[k], e4m3's max) for k < count, as quantize_float8 writes it.
+// scale_inv[k * stride] = 1 / float8_scale(amax[k], e4m3's max) for k < count, as quantize_float8
+// writes it.
 void e4m3_scale_inv_on(const Kokkos::DefaultExecutionSpace& space, const float* amax, float* scale_inv,
-                       std::int64_t count);
+                       std::int64_t count, std::int64_t stride);
 
 // `bytes` bytes from src to dst (not overlapping).
 void copy_bytes_on(const Kokkos::DefaultExecutionSpace& space, const void* src, void* dst, std::size_t bytes);
