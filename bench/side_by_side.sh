@@ -9,6 +9,8 @@
 # each system's median over the rounds and every round's value, since one run of either can be
 # off by 10% on these machines. Both run at the GPU's power limit most of the time: the clock
 # column says how far that pulled the clock down.
+# Both recompute every block by default (bmt-train --recompute full, FSDP2 per-block checkpointing);
+# BMT_ARGS="--recompute auto" lets bmt-train's planner choose instead.
 # RECOMPUTE=0 runs both without activation recomputation (bmt-train --no-checkpointing, FSDP2
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 # KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
@@ -55,7 +57,7 @@ done
 if [ "${RECOMPUTE:-1}" = 0 ]; then
   mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
 else
-  mode="per-block recompute"; fsdp2_flags=(); bmt_flags=()
+  mode="per-block recompute"; fsdp2_flags=(); bmt_flags=(--recompute full)
 fi
 if [ "${PEER_OFFLOAD:-0}" = 1 ]; then
   mode="$mode, FSDP2 with CPUOffloadPolicy"; fsdp2_flags+=(--cpu-offload)

@@ -217,10 +217,11 @@ std::vector<OptionRow> make_table() {
           .takes(at_least(0))
           .shows_default());
   add(Row("--recompute", &O::recompute,
-          "full: blocks recompute their activations in backward, but for what --keep-attention, --keep-residual "
-          "and --keep-blocks keep; auto: keep as much as fits in this rank's free memory after the estimated state "
-          "and buffers (first the attention outputs, then the residual sums, then whole blocks from the last), as "
-          "the startup table says; the keep flags are then chosen, not given")
+          "auto: keep as much of the blocks' activations as fits in this rank's free memory after the estimated "
+          "state and buffers (first the attention outputs, then the residual sums, then whole blocks from the last), "
+          "as the startup table says; full: blocks recompute their activations in backward, but for what "
+          "--keep-attention, --keep-residual and --keep-blocks keep (those flags and --no-checkpointing, given "
+          "without --recompute, choose full)")
           .takes(one_of({"full", "auto"}), "NAME")
           .shows_default());
   add(Row("--prefetch", &O::prefetch, "Blocks whose parameters are gathered ahead of use")

@@ -170,6 +170,11 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
 
   try {
     app.parse(argc, argv);
+    // --no-checkpointing and the keep flags say what blocks keep: given without --recompute, they
+    // choose it (full) instead of being refused beside the default's planner.
+    if (app.get_option("--recompute")->count() == 0 &&
+        (!o.checkpointing || o.keep_attention || o.keep_residual || o.keep_blocks > 0))
+      o.recompute = "full";
   } catch (const CLI::CallForHelp& e) {
     exit_code = 0;
     int mpi = 0, rank = 0;

@@ -31,7 +31,8 @@ struct TrainOptions {
   bool keep_attention = false;  // the recompute reuses the forward's attention outputs
   bool keep_residual = false;   // the recompute reuses the forward's residual sums
   std::int64_t keep_blocks = 0;  // the last blocks that keep their activations instead of recomputing
-  std::string recompute = "full";  // full: as the keep flags say; auto: the planner keeps what fits
+  // auto: the planner keeps what fits; full: as the keep flags say (what they mean when given alone)
+  std::string recompute = "auto";
   int prefetch = 1;
   bool offload = false;
   bool offload_delayed = false;

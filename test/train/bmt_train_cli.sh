@@ -74,7 +74,7 @@ for field in loss grad_norm; do
 done
 
 # Resume: 8 steps straight vs 4 + resume 4, same world size (bit-identical) and another one.
-run 2 "${tiny[@]}" --steps 8 --metrics "$work/full.jsonl" --save "$work/ckpt" --save-every 4 >/dev/null \
+run 2 "${tiny[@]}" --steps 8 --recompute full --metrics "$work/full.jsonl" --save "$work/ckpt" --save-every 4 >/dev/null \
   || fail "training run failed"
 [ -f "$work/ckpt/step-4/COMPLETE" ] || fail "no complete checkpoint at step 4"
 [ -f "$work/full.svg" ] || fail "no loss curve picture next to the metrics"
@@ -120,20 +120,27 @@ for keep in --keep-attention --keep-residual "--keep-attention --keep-residual";
       || fail "$keep: the run's header does not say $kept outputs are kept" ;; esac
   done
 done
-# --recompute auto: the planner keeps what fits (here every block: the model is tiny), says so in
-# the header, and the losses are the recomputing run's; beside a keep flag it is refused.
-run 2 "${tiny[@]}" --steps 8 --recompute auto --metrics "$work/auto.jsonl" >"$work/auto.out" \
-  || fail "--recompute auto run failed"
-[ "$(losses "$work/auto.jsonl")" = "$(losses "$work/full.jsonl")" ] \
-  || fail "--recompute auto: losses $(losses "$work/auto.jsonl" | tr '\n' ' ') differ from recomputing every block"
-grep -q "recompute auto: every block keeps its activations (activations about .* of the .* left)" "$work/auto.out" \
-  || fail "--recompute auto: the header does not state the plan: $(cat "$work/auto.out")"
+# --recompute auto, the default: the planner keeps what fits (here every block: the model is tiny),
+# says so in the header, and the losses are the recomputing run's; beside a keep flag it is
+# refused, and a keep flag or --no-checkpointing alone chooses full.
+for auto in "" "--recompute auto"; do
+  # shellcheck disable=SC2086 # the flags split on purpose
+  run 2 "${tiny[@]}" --steps 8 $auto --metrics "$work/auto.jsonl" >"$work/auto.out" \
+    || fail "recompute '$auto' run failed"
+  [ "$(losses "$work/auto.jsonl")" = "$(losses "$work/full.jsonl")" ] \
+    || fail "recompute '$auto': losses $(losses "$work/auto.jsonl" | tr '\n' ' ') differ from recomputing every block"
+  grep -q "recompute auto: every block keeps its activations (activations about .* of the .* left)" "$work/auto.out" \
+    || fail "recompute '$auto': the header does not state the plan: $(cat "$work/auto.out")"
+done
+run 2 "${tiny[@]}" --steps 1 --keep-blocks 1 >"$work/keep1.out" || fail "--keep-blocks 1 alone failed"
+grep -q "recompute on" "$work/keep1.out" && ! grep -q "recompute auto" "$work/keep1.out" \
+  || fail "--keep-blocks 1 alone: expected the flags as given (recompute on, no plan), found: $(cat "$work/keep1.out")"
 expect_usage_error "--recompute auto beside --keep-blocks" \
   "--recompute auto: expected it to choose what blocks keep, found --no-checkpointing, --keep-attention" 2 \
   "${tiny[@]}" --steps 1 --recompute auto --keep-blocks 1
 # --dropout: a recompute replays the forward's dropout masks, so recomputing every block, keeping
 # every activation, and keeping attention outputs and residual sums give the same losses.
-run 2 "${tiny[@]}" --steps 4 --dropout 0.1 --metrics "$work/drop.jsonl" >/dev/null || fail "--dropout run failed"
+run 2 "${tiny[@]}" --steps 4 --dropout 0.1 --recompute full --metrics "$work/drop.jsonl" >/dev/null || fail "--dropout run failed"
 [ "$(losses "$work/drop.jsonl" | head -1)" != "$(losses "$work/full.jsonl" | head -1)" ] \
   || fail "--dropout 0.1 left the first loss as it was without dropout"
 for other in --no-checkpointing "--keep-attention --keep-residual"; do
