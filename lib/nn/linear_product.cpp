@@ -13,8 +13,9 @@ namespace {
 
 // With the weight's gathered codes where its block gathered it so, else quantizing it.
 Tensor fp8_product(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const kernels::Float8Matrix codes = gathered_float8(weight);
-  return codes.codes.defined() ? float8_linear(x, weight, codes, bias) : float8_linear(x, weight, bias);
+  if (!gathered_float8(weight).codes.defined()) return float8_linear(x, weight, bias);
+  // Asked for again in backward, where the block has gathered the weight again.
+  return float8_linear(x, weight, [weight] { return gathered_float8(weight); }, bias);
 }
 
 }  // namespace

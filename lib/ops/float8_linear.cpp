@@ -4,7 +4,10 @@
 // row-major for y = x W^T; dy row-major and W transposed ([in, out]) for dx = dy W; dy and x
 // transposed ([out, rows], [in, rows]) for dW = dy^T x. Forward keeps only what backward reads:
 // x's transposed codes (1 byte an element) and W's, with their scales (and the row-major codes
-// until the forward GEMM has run, which under outputs on demand may be later, or never).
+// until the forward GEMM has run, which under outputs on demand may be later, or never). A weight
+// whose codes a ZeRO block gathers keeps nothing: backward asks for the codes of the block's
+// backward gather and transposes them then, so that a step that keeps every block's activations
+// does not also hold every block's weight in between.
 #include "bmtrain/ops/float8_linear.hpp"
 
 #include "bmtrain/autograd/function.hpp"
@@ -46,7 +49,7 @@ class Float8Linear final : public autograd::DeferrableFunction {
  public:
   Float8Linear() = default;
   // The weight's codes made already (a ZeRO block's float8 gather): used in place of quantizing it.
-  explicit Float8Linear(kernels::Float8Matrix weight_codes) : given_w_(std::move(weight_codes)) {}
+  explicit Float8Linear(Float8WeightCodes weight_codes) : weight_codes_(std::move(weight_codes)) {}
 
   std::string name() const override { return "float8_linear"; }
   bool prepare_queues_work() const override { return true; }
@@ -83,18 +86,13 @@ class Float8Linear final : public autograd::DeferrableFunction {
     x_codes_ = qx.codes;
     x_scale_inv_ = qx.scale_inv;
     if (keep) x_t_ = qx.transposed;
-    if (given_w_.codes.defined()) {
-      const Tensor& codes = given_w_.codes;
-      BMT_REQUIRE(codes.dtype() == DType::f8e4m3 && codes.shape() == w.shape() && codes.is_contiguous() &&
-                      given_w_.scale_inv.defined() && given_w_.scale_inv.dtype() == DType::f32 &&
-                      given_w_.scale_inv.numel() == 1,
-                  "float8_linear: expected the weight's codes as contiguous f8e4m3 " << to_string(w.shape())
-                      << " with one f32 inverse scale, found " << dtype_name(codes.dtype()) << " "
-                      << to_string(codes.shape()));
-      w_codes_ = codes;
-      w_scale_inv_ = given_w_.scale_inv;
-      if (keep && x.requires_grad()) w_t_ = kernels::transpose_float8(codes);
-      given_w_ = {};  // the codes are a gather buffer's: held no longer than the forward's GEMM
+    if (weight_codes_) {
+      const kernels::Float8Matrix given = checked_weight_codes("forward");
+      // The codes are a gather buffer's: held no longer than the forward's GEMM.
+      w_codes_ = given.codes;
+      w_scale_inv_ = given.scale_inv;
+      gathered_ = true;
+      if (!(keep && x.requires_grad())) weight_codes_ = nullptr;
       return {y};
     }
     const Tensor wc = contiguous(w.detach());
@@ -120,6 +118,7 @@ class Float8Linear final : public autograd::DeferrableFunction {
     float8_product(x_codes_, x_scale_inv_, w_codes_, w_scale_inv_, y.view({rows_, out_}), false,
                    bias_in_gemm ? bias.data() : nullptr);
     x_codes_ = w_codes_ = Tensor();  // the forward's codes are done with
+    if (gathered_) w_scale_inv_ = Tensor();  // a gather buffer's too
     if (bias.defined() && !bias_in_gemm) y.copy_(kernels::binary(kernels::BinaryOp::add, y, bias));
   }
 
@@ -141,6 +140,11 @@ class Float8Linear final : public autograd::DeferrableFunction {
         const bool into_partial = partial.defined() && partial.shape() == x_shape_ && partial.dtype() == dtype &&
                                   partial.is_contiguous();
         const Tensor target = into_partial ? partial : Tensor::empty(x_shape_, dtype);
+        if (weight_codes_) {  // the block's backward gather, used before the block lets it go
+          const kernels::Float8Matrix given = checked_weight_codes("backward");
+          w_t_ = kernels::transpose_float8(given.codes);
+          w_scale_inv_ = given.scale_inv;
+        }
         float8_product(qg.codes, qg.scale_inv, w_t_, w_scale_inv_, target.view({rows_, in_}), into_partial);
         if (!into_partial) dx = target;
       }
@@ -163,11 +167,25 @@ class Float8Linear final : public autograd::DeferrableFunction {
 
   void release_saved() override {
     x_codes_ = w_codes_ = x_t_ = x_scale_inv_ = w_t_ = w_scale_inv_ = Tensor();
-    given_w_ = {};
+    weight_codes_ = nullptr;
   }
 
  private:
-  kernels::Float8Matrix given_w_;  // the weight's codes and scale, when made before the call
+  // The weight's codes from weight_codes_, checked against the weight's shape.
+  kernels::Float8Matrix checked_weight_codes(const char* pass) const {
+    const kernels::Float8Matrix m = weight_codes_();
+    BMT_REQUIRE(m.codes.defined() && m.codes.dtype() == DType::f8e4m3 && m.codes.shape() == (Shape{out_, in_}) &&
+                    m.codes.is_contiguous() && m.scale_inv.defined() && m.scale_inv.dtype() == DType::f32 &&
+                    m.scale_inv.numel() == 1,
+                "float8_linear: expected the weight's codes in " << pass << " as contiguous f8e4m3 [" << out_ << ", "
+                    << in_ << "] with one f32 inverse scale, found "
+                    << (m.codes.defined() ? std::string(dtype_name(m.codes.dtype())) + " " + to_string(m.codes.shape())
+                                          : std::string("none")));
+    return m;
+  }
+
+  Float8WeightCodes weight_codes_;  // where the weight's codes come from, when made before the call
+  bool gathered_ = false;           // the forward's weight codes and scale were weight_codes_'
   Shape x_shape_;
   std::int64_t in_ = 0, out_ = 0, rows_ = 0;
   Tensor x_codes_, w_codes_;  // the forward's e4m3 codes, [rows, in] and [out, in], until write
@@ -181,10 +199,9 @@ Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   return autograd::call<Float8Linear>({x, weight, bias})[0];
 }
 
-Tensor float8_linear(const Tensor& x, const Tensor& weight, const kernels::Float8Matrix& weight_codes,
-                     const Tensor& bias) {
-  BMT_REQUIRE(weight_codes.codes.defined(), "float8_linear: expected the weight's codes, found none");
-  return autograd::call<Float8Linear>({x, weight, bias}, weight_codes)[0];
+Tensor float8_linear(const Tensor& x, const Tensor& weight, Float8WeightCodes weight_codes, const Tensor& bias) {
+  BMT_REQUIRE(weight_codes != nullptr, "float8_linear: expected where the weight's codes come from, found none");
+  return autograd::call<Float8Linear>({x, weight, bias}, std::move(weight_codes))[0];
 }
 
 }  // namespace bmt

@@ -419,7 +419,7 @@ TEST(Float8Linear, PreQuantizedWeightGivesTheSameResultsBitForBit) {
         if (on_demand) guard.emplace();
         if (pre_quantized) {
           const kernels::Float8Matrix q = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e4m3);
-          y = float8_linear(x, w, q, b);
+          y = float8_linear(x, w, [q] { return q; }, b);
         } else {
           y = float8_linear(x, w, b);
         }
@@ -436,20 +436,57 @@ TEST(Float8Linear, PreQuantizedWeightGivesTheSameResultsBitForBit) {
     NoGradGuard no_grad;
     const Tensor x = Tensor::from_floats(xv, {rows, in}, dt), w = Tensor::from_floats(wv, {out, in}, dt);
     const kernels::Float8Matrix q = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e4m3);
-    EXPECT_EQ(float8_linear(x, w, q).to_host_floats(), float8_linear(x, w).to_host_floats()) << name << " no graph";
+    EXPECT_EQ(float8_linear(x, w, [q] { return q; }).to_host_floats(), float8_linear(x, w).to_host_floats())
+        << name << " no graph";
     // The codes are what is multiplied, not the weight's values: another weight's codes give its product.
     const Tensor other = Tensor::from_floats(rounded(spread_floats(out * in, 105, 0.2f), dt), {out, in}, dt);
     const kernels::Float8Matrix qo = kernels::quantize_float8(other, in, kernels::abs_max(other), DType::f8e4m3);
-    EXPECT_EQ(float8_linear(x, w, qo).to_host_floats(), float8_linear(x, other).to_host_floats()) << name;
+    EXPECT_EQ(float8_linear(x, w, [qo] { return qo; }).to_host_floats(), float8_linear(x, other).to_host_floats())
+        << name;
     // Codes of another shape than the weight's, or in e5m2, are refused.
     kernels::Float8Matrix wrong = q;
     wrong.codes = q.codes.view({in, out});
-    EXPECT_THAT([&] { float8_linear(x, w, wrong); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
+    EXPECT_THAT([&] { float8_linear(x, w, [wrong] { return wrong; }); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes in forward as contiguous")));
     wrong.codes = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e5m2).codes;
-    EXPECT_THAT([&] { float8_linear(x, w, wrong); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes as contiguous")));
+    EXPECT_THAT([&] { float8_linear(x, w, [wrong] { return wrong; }); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes in forward as contiguous")));
   }
+}
+
+// Backward asks for the weight's codes again (a ZeRO block gathers the weight again for it) and
+// keeps nothing of them from forward: the input's gradient is the product with the codes given
+// then, the forward's output with those given in forward, and a backward given none is refused.
+TEST(Float8Linear, BackwardTakesTheWeightCodesGivenThen) {
+  const std::int64_t rows = 16, in = 32, out = 48;
+  const Tensor w = Tensor::from_floats(spread_floats(out * in, 111, 0.1f), {out, in}).set_requires_grad(true);
+  const Tensor other = Tensor::from_floats(spread_floats(out * in, 112, 0.3f), {out, in}).set_requires_grad(true);
+  const auto xv = spread_floats(rows * in, 113, 2.0f);
+  const auto gv = spread_floats(rows * out, 114, 1e-2f);
+  const kernels::Float8Matrix qw = kernels::quantize_float8(w, in, kernels::abs_max(w), DType::f8e4m3);
+  const kernels::Float8Matrix qo = kernels::quantize_float8(other, in, kernels::abs_max(other), DType::f8e4m3);
+  // dx of a layer whose weight is `weight` throughout.
+  const auto dx_with = [&](const Tensor& weight) {
+    Tensor x = Tensor::from_floats(xv, {rows, in}).set_requires_grad(true);
+    float8_linear(x, weight).backward(Tensor::from_floats(gv, {rows, out}));
+    return x.grad().to_host_floats();
+  };
+  int asked = 0;
+  Tensor x = Tensor::from_floats(xv, {rows, in}).set_requires_grad(true);
+  Tensor y = float8_linear(x, w, [&] { return ++asked == 1 ? qw : qo; });
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(y.to_host_floats(), float8_linear(x.detach(), w.detach()).to_host_floats());
+  y.backward(Tensor::from_floats(gv, {rows, out}));
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(x.grad().to_host_floats(), dx_with(other));
+  EXPECT_NE(dx_with(other), dx_with(w));
+
+  Tensor x2 = Tensor::from_floats(xv, {rows, in}).set_requires_grad(true);
+  bool given = true;
+  Tensor y2 = float8_linear(x2, w, [&] { return given ? qw : kernels::Float8Matrix{}; });
+  given = false;
+  EXPECT_THAT([&] { y2.backward(Tensor::from_floats(gv, {rows, out})); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes in backward")));
 }
 
 TEST(Float8Linear, EmptyShapesAndMisuse) {

@@ -34,7 +34,7 @@ using bmt::testing::transpose_of;
 // neighbouring float8 code in the next block's input; ops_float8_linear holds those kernels.)
 constexpr std::int64_t kD = 24;
 constexpr std::int64_t kRows = 6;
-constexpr int kBlocks = 3;
+constexpr int kBlocks = 4;  // even: a kept block's backward finds another block in its forward's ring slot
 
 // y = x + x W^T + b, the product in FP8.
 struct Fp8Block : bmt::Module {
@@ -48,8 +48,10 @@ struct Fp8Block : bmt::Module {
 
 struct Model : bmt::DistributedModule {
   bmt::TransformerBlockList<Fp8Block> blocks{1};
-  Model() {
-    for (int i = 0; i < kBlocks; ++i) blocks.append();
+  explicit Model(bool recompute) {
+    bmt::CheckpointOptions options;
+    options.use_checkpoint = recompute;
+    for (int i = 0; i < kBlocks; ++i) blocks.append(options);
     register_module("blocks", blocks);
   }
   bmt::Tensor forward(const bmt::Tensor& x) { return blocks(x); }
@@ -65,8 +67,13 @@ std::vector<float> data_of(int rank, float phase, float top) {
   return v;
 }
 
-TEST(Float8Blocks, MatchTheHostReferenceAtEveryWorldSize) {
-  Model model;
+// Recomputing each block in backward, or keeping its activations from forward: a kept block's
+// backward takes its weight's codes from its backward gather (the forward's gather buffer holds
+// another block's by then, each with its own scale).
+class Float8Blocks : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Float8Blocks, MatchTheHostReferenceAtEveryWorldSize) {
+  Model model(GetParam());
   bmt::init_parameters(model);
   for (auto* s : bmt::sharded_storages(model)) s->zero_grad();
   const bmt::Tensor x = bmt::Tensor::from_floats(data_of(bmt::rank(), 1.3f, 2.0f), {kRows, kD});
@@ -122,6 +129,9 @@ TEST(Float8Blocks, MatchTheHostReferenceAtEveryWorldSize) {
     near(params[p + "bias"].second, gb[k], p + "bias.grad");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(RecomputeOrKeep, Float8Blocks, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Recompute" : "Keep"; });
 
 }  // namespace
 

@@ -19,6 +19,8 @@
 //
 // The host build computes the same codes and scales and multiplies them exactly widened to f32,
 // so its results are the GPU's up to the order of f32 additions.
+#include <functional>
+
 #include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 
@@ -28,13 +30,19 @@ namespace bmt {
 // and bias of one floating dtype.
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-// The same with the weight already quantized: weight_codes.codes ([out, in], f8e4m3) and
+// Where a weight's codes come from when they are made before the product (a ZeRO block that
+// gathers the weight as e4m3 codes): asked for in forward, and again in a backward that wants dx,
+// where the block has gathered the weight again, so that nothing of the weight lives from forward
+// to backward.
+using Float8WeightCodes = std::function<kernels::Float8Matrix()>;
+
+// The same with the weight already quantized: weight_codes().codes ([out, in], f8e4m3) and
 // .scale_inv stand for the weight, which is read for nothing but its shape, dtype and gradient (a
 // ZeRO block that gathered the weight as codes has no values for it). No amax or cast of the weight
-// is made: forward reads the codes, and a recording forward transposes them once for backward.
-// Given the codes quantize_float8(weight, in, abs_max(weight), f8e4m3) makes, the results are
+// is made: forward reads the codes, and backward transposes the codes it is given then. Given the
+// codes quantize_float8(weight, in, abs_max(weight), f8e4m3) makes, the results are
 // float8_linear(x, weight, bias)'s bit for bit.
-Tensor float8_linear(const Tensor& x, const Tensor& weight, const kernels::Float8Matrix& weight_codes,
+Tensor float8_linear(const Tensor& x, const Tensor& weight, Float8WeightCodes weight_codes,
                      const Tensor& bias = Tensor());
 
 }  // namespace bmt
