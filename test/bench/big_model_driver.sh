@@ -57,10 +57,10 @@ shape='--layers 32 --dim 4096 --heads 32 --ffn 16384 --vocab 50304 '
 grep '^fsdp2 ' "$work/calls" | sed -n 2p | grep -q -- ' --cpu-offload$' || fail "the second FSDP2 run not offloaded: $calls"
 grep '^fsdp2 ' "$work/calls" | sed -n 1p | grep -q -- '--cpu-offload' && fail "the first FSDP2 run offloaded: $calls"
 bmt_run() { grep '^bmt ' "$work/calls" | sed -n "$1p"; }
-bmt_run 1 | grep -q -- '--batch 8 .*--metrics [^ ]*$' || fail "row plain: $(bmt_run 1)"
+bmt_run 1 | grep -q -- '--batch 8 .*--metrics [^ ]* --recompute full$' || fail "row plain: $(bmt_run 1)"
 bmt_run 2 | grep -q -- '--batch 8 .* --offload$' || fail "row offload: $(bmt_run 2)"
 bmt_run 3 | grep -q -- '--batch 32 .* --offload --micro-batch 8$' || fail "row offload32: $(bmt_run 3)"
-bmt_run 4 | grep -q -- '--batch 32 .*--metrics [^ ]* --micro-batch 8$' || fail "row plain32: $(bmt_run 4)"
+bmt_run 4 | grep -q -- '--batch 32 .*--metrics [^ ]* --recompute full --micro-batch 8$' || fail "row plain32: $(bmt_run 4)"
 bmt_run 5 | grep -q -- '--batch 8 .* --offload --offload-delayed$' || fail "row delayed: $(bmt_run 5)"
 
 row() { grep -E "^$1 +$2 " <<< "$out" || fail "no row '$1 $2'"; }

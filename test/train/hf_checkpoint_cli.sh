@@ -21,8 +21,10 @@ llama=(--model llama-1b --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 96 --vo
 gpt2=(--model tiny --vocab 300 --dtype bf16)
 common=(--batch 12 --seq 16 --log-every 100)
 eval_loss() { sed -n 's/^eval: loss \([0-9.]*\) .*/\1/p'; }
-# Two eval losses printed with 7 decimals agree to the last (the same weights, sums in f64).
-same() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 2e-7) }'; }
+# Two eval losses of the same weights agree within 1e-6 (about 2 f32 ulps at these losses): the
+# sums are in f64, but each token's loss is an f32 computed from logits whose GEMM blocks its rows
+# by the rows a rank has, which changes with the world size. A wrong tensor moves it far more.
+same() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6) }'; }
 
 for model in llama gpt2; do
   if [ $model = llama ]; then flags=("${llama[@]}"); else flags=("${gpt2[@]}"); fi
