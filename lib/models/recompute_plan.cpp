@@ -1,5 +1,7 @@
 #include "bmtrain/models/recompute_plan.hpp"
 
+#include "bmtrain/models/memory_plan.hpp"
+
 #include <algorithm>
 #include <sstream>
 
@@ -25,9 +27,21 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
   // the norms' outputs are saved gathered (every token, whole width) by the projections that read
   // them, and the projections' outputs, attention and the MLP's hidden activations are this rank's
   // heads and columns (1/tp of the width).
-  const double saved = c.arch == "gpt2" ? e * ((6 * C + 2 * F) / tp + 2 * C) : e * ((4 * C + 3 * F) / tp + 2 * C + 2 * Kv);
+  //
+  // With fp8 each FP8 product saves its input's codes (1 byte an element) in place of the input:
+  // the norms' outputs are kept only as codes, once for each projection that reads them (GPT-2's
+  // one each; Llama's q, k and v, and gate and up: 3 and 2), and the inputs of the attention
+  // output projection and of the MLP's last product as codes beside what the ops before them keep
+  // (attention its output, GELU its input, SwiGLU its gate and up).
+  const double saved =
+      !options.fp8 ? (c.arch == "gpt2" ? e * ((6 * C + 2 * F) / tp + 2 * C) : e * ((4 * C + 3 * F) / tp + 2 * C + 2 * Kv))
+      : c.arch == "gpt2" ? e * (6 * C + F) / tp + 2 * C + (C + F) / tp
+                         : e * ((4 * C + 2 * F) / tp + 2 * Kv) + 5 * C + (C + F) / tp;
   ActivationSizes s;
   s.kept_block = N * (saved + 4 * H / tp + 16 / tp);
+  // And each FP8 product its input's inverse scale: one f32, in the allocator's smallest block.
+  const double fp8_products = c.arch == "gpt2" ? 4 : 7;  // QKV, out, MLP in and out; q, k, v, o, gate, up, down
+  if (options.fp8) s.kept_block += fp8_products * 512.0;
   s.recomputed_block = N * e * C / tp;  // the block's input, from which backward recomputes it
   s.kept_attention = N * (e * C + 4 * H) / tp;
   s.kept_residual = N * e * C / tp;
@@ -38,7 +52,10 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
   const double logit_rows = options.loss_chunk_rows > 0 ? std::min<double>(N, options.loss_chunk_rows) : N;
   s.logits = logit_rows * static_cast<double>(c.vocab) / tp * e;
   const double outside = tp_size() == 1 ? 3 : 1 + 1 / tp;
-  s.fixed = s.logits + outside * N * e * C + 2 * s.kept_block;
+  // An FP8 backward product's transients, the MLP's the largest: its output gradient's codes in
+  // both layouts and its weight's codes transposed.
+  s.backward_transient = options.fp8 ? (2 * N + C) * F / tp : 0.0;
+  s.fixed = s.logits + outside * N * e * C + 2 * s.kept_block + s.backward_transient;
   return s;
 }
 
@@ -73,22 +90,27 @@ double activations(const ActivationSizes& s, double kept_parameters, const Causa
   return s.fixed + peak;
 }
 
-double kept_parameters(const ModelConfig& c, int world_size) {
-  if (world_size == 1 && c.dtype == DType::f32) return 0.0;  // the values themselves, no copy
-  return static_cast<double>(c.block_parameter_count(tp_size()) * static_cast<std::int64_t>(dtype_size(c.dtype)));
+// A kept block's gathered parameters: its weights gathered as float8 codes at 1 byte an element,
+// the rest in the parameters' dtype (at one rank no copy of f32 values without float8 codes).
+double kept_parameters(const ModelConfig& c, const CausalLMOptions& options, int world_size) {
+  const std::int64_t float8 = block_float8_elements(c, options);
+  if (world_size == 1 && c.dtype == DType::f32 && float8 == 0) return 0.0;  // the values themselves, no copy
+  return static_cast<double>((c.block_parameter_count(tp_size()) - float8) *
+                                 static_cast<std::int64_t>(dtype_size(c.dtype)) +
+                             float8);
 }
 
 }  // namespace
 
 double activation_peak(const ModelConfig& c, const CausalLMOptions& options, int world_size, std::int64_t tokens,
                        double gradient_bytes) {
-  return activations(activation_sizes(c, options, tokens), kept_parameters(c, world_size), options, c, gradient_bytes);
+  return activations(activation_sizes(c, options, tokens), kept_parameters(c, options, world_size), options, c, gradient_bytes);
 }
 
 RecomputePlan plan_recompute(const ModelConfig& c, const CausalLMOptions& options, int world_size,
                              std::int64_t tokens, double budget_bytes, double gradient_bytes) {
   const ActivationSizes s = activation_sizes(c, options, tokens);
-  const double gathered = kept_parameters(c, world_size);
+  const double gathered = kept_parameters(c, options, world_size);
   RecomputePlan plan;
   plan.options = options;
   // Nothing to choose: every block keeps its activations, or ZeRO level 2 keeps every gathered block.

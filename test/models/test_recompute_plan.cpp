@@ -1,5 +1,5 @@
 // The recompute planner: its activation sizes against the caching allocator's counters for GPT-2
-// and Llama in f32 and bf16 (what a forward leaves allocated for its backward, per keep option,
+// and Llama in f32, bf16 and bf16 with FP8 linear layers (what a forward leaves allocated for its backward, per keep option,
 // and a whole step's peak), its choices for given budgets, and a model built with a plan that keeps
 // some blocks training to the same losses as one that recomputes every block.
 #include <gtest/gtest.h>
@@ -76,18 +76,31 @@ struct Training {
 // A kept block also keeps its gathered parameters (at one rank a copy only where f32 values are
 // rounded to the parameters' dtype; under tensor parallelism this rank's parts): the memory plan's
 // buffers, not activations.
-double kept_parameters(const ModelConfig& c) {
-  return c.dtype == bmt::DType::f32 ? 0.0
-                                    : static_cast<double>(c.block_parameter_count(bmt::tp_size()) * bmt::dtype_size(c.dtype));
+// With fp8 the weights its linear layers read in FP8 are gathered as float8 codes, 1 byte each.
+double kept_parameters(const ModelConfig& c, const CausalLMOptions& o = {}) {
+  const std::int64_t float8 = bmt::models::block_float8_elements(c, o);
+  if (c.dtype == bmt::DType::f32 && float8 == 0) return 0.0;
+  return static_cast<double>((c.block_parameter_count(bmt::tp_size()) - float8) *
+                                 static_cast<std::int64_t>(bmt::dtype_size(c.dtype)) +
+                             float8);
 }
+
+// The dtypes and number formats the sizes are held to: f32, bf16, and bf16 with FP8 linear layers.
+struct Format {
+  bmt::DType dtype;
+  bool fp8;
+};
+constexpr Format kFormats[] = {{bmt::DType::f32, false}, {bmt::DType::bf16, false}, {bmt::DType::bf16, true}};
 
 TEST(ActivationSizes, AreWhatAForwardKeeps) {
   for (const char* arch : {"gpt2", "llama"})
-    for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16}) {
+    for (const Format& format : kFormats) {
+      const bmt::DType dtype = format.dtype;
       const ModelConfig c = small(arch, dtype);
-      const std::string what = std::string(arch) + " " + bmt::dtype_name(dtype);
-      const auto s = bmt::models::activation_sizes(c, {}, kTokens);
+      const std::string what = std::string(arch) + " " + bmt::dtype_name(dtype) + (format.fp8 ? " fp8" : "");
       CausalLMOptions o;
+      o.fp8 = format.fp8;
+      const auto s = bmt::models::activation_sizes(c, o, kTokens);
       const double none = Training(c, o).forward_bytes();
       o.keep_blocks = kLayers;
       const double all = Training(c, o).forward_bytes();
@@ -97,7 +110,7 @@ TEST(ActivationSizes, AreWhatAForwardKeeps) {
       o.checkpoint.keep_attention = false;
       o.checkpoint.keep_residual = true;
       const double residual = Training(c, o).forward_bytes();
-      const double kept = (all - none) / kLayers - kept_parameters(c) + s.recomputed_block;
+      const double kept = (all - none) / kLayers - kept_parameters(c, o) + s.recomputed_block;
       EXPECT_NEAR(kept, s.kept_block, 0.05 * s.kept_block) << what;
       EXPECT_NEAR((attention - none) / kLayers, s.kept_attention, 0.05 * s.kept_attention) << what;
       EXPECT_NEAR((residual - none) / kLayers, s.kept_residual, 0.05 * s.kept_residual) << what;
@@ -110,31 +123,33 @@ TEST(ActivationSizes, AreWhatAForwardKeeps) {
                                                    : static_cast<double>(c.vocab / bmt::tp_size() * c.dim *
                                                                          static_cast<std::int64_t>(bmt::dtype_size(dtype)));
       const double forward =
-          s.fixed - s.logits + logits + head - 2 * s.kept_block + kLayers * s.recomputed_block;
+          s.fixed - s.logits - s.backward_transient + logits + head - 2 * s.kept_block + kLayers * s.recomputed_block;
       EXPECT_NEAR(none, forward, 0.15 * forward) << what;
     }
 }
 
 TEST(ActivationSizes, BoundAStepsPeak) {
-  for (const char* arch : {"gpt2", "llama"}) {
-    const ModelConfig c = small(arch, bmt::DType::bf16);
-    for (std::int64_t keep : {std::int64_t{0}, kLayers}) {
-      CausalLMOptions o;
-      o.keep_blocks = keep;
-      Training run(c, o);
-      run.step();
-      const auto before = bmt::memory_stats().allocated_bytes;
-      bmt::CachingAllocator::instance().reset_peak();
-      run.step();
-      // The step makes the gradient shards as well (4 bytes a parameter this rank holds, at one rank
-      // of the shard group).
-      const double peak = static_cast<double>(bmt::memory_stats().peak_allocated_bytes - before);
-      const double gradients = 4.0 * static_cast<double>(c.parameter_count(bmt::tp_size()));
-      const double planned = bmt::models::activation_peak(c, o, 1, kTokens, gradients);
-      EXPECT_LE(peak, 1.02 * planned) << arch << " keeping " << keep;
-      EXPECT_GE(peak, 0.75 * planned) << arch << " keeping " << keep;
-    }
-  }
+  for (const char* arch : {"gpt2", "llama"})
+    for (bool fp8 : {false, true})
+      for (std::int64_t keep : {std::int64_t{0}, kLayers}) {
+        const ModelConfig c = small(arch, bmt::DType::bf16);
+        const std::string what = std::string(arch) + (fp8 ? " fp8" : "") + " keeping " + std::to_string(keep);
+        CausalLMOptions o;
+        o.keep_blocks = keep;
+        o.fp8 = fp8;
+        Training run(c, o);
+        run.step();
+        const auto before = bmt::memory_stats().allocated_bytes;
+        bmt::CachingAllocator::instance().reset_peak();
+        run.step();
+        // The step makes the gradient shards as well (4 bytes a parameter this rank holds, at one
+        // rank of the shard group).
+        const double peak = static_cast<double>(bmt::memory_stats().peak_allocated_bytes - before);
+        const double gradients = 4.0 * static_cast<double>(c.parameter_count(bmt::tp_size()));
+        const double planned = bmt::models::activation_peak(c, o, 1, kTokens, gradients);
+        EXPECT_LE(peak, 1.02 * planned) << what;
+        EXPECT_GE(peak, 0.75 * planned) << what;
+      }
 }
 
 TEST(RecomputePlan, KeepsWhatFits) {

@@ -30,6 +30,8 @@ struct ActivationSizes {
                      // block's recompute and its gradients in backward
   double logits = 0;  // of fixed, the head's logits (or a chunk of them; at tp > 1 this rank's
                       // vocabulary columns), which a forward keeps only at tp 1 without chunks
+  double backward_transient = 0;  // of fixed, beside the recompute: what an FP8 product's backward
+                                  // makes for itself (0 without fp8)
 };
 ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
 
