@@ -16,7 +16,8 @@
 // f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off: the tensor cores' partial
 // sums are then promoted to f32 as the product goes along the reduced dimension, rather than kept
 // at their own precision to the end. Problems it has no kernel for (k not a multiple of 16, rows of
-// C or operands not 16-byte aligned, a device without FP8) take the widened f32 product.
+// C or operands not 16-byte aligned, a device without FP8) take the widened f32 product, as does a
+// problem cuBLASLt declines at the call (with a warning, once).
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (slower at some of
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +37,7 @@
 #include "bmtrain/runtime/context.hpp"
 #include "bmtrain/runtime/cuda_check.hpp"
 #include "bmtrain/runtime/environment.hpp"
+#include "bmtrain/runtime/logging.hpp"
 #include "bmtrain/tensor/tensor.hpp"
 #include "memory_bound_seam.hpp"
 #include "gemm_check.hpp"
@@ -200,9 +203,20 @@ class LtSession {
       BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
                                                       sizeof p.bias));
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
-    BMT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c,
-                                    plan->out, p.c, plan->out, &plan->algo, workspace_, kWorkspaceBytes,
-                                    context().compute_stream().native()));
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, plan->desc, &alpha, p.b, plan->first, p.a, plan->second, &beta, p.c, plan->out, p.c,
+                       plan->out, &plan->algo, workspace_, kWorkspaceBytes, context().compute_stream().native());
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+      // cuBLASLt may decline at the call a problem its heuristic gave a kernel for: the problem
+      // takes the widened product from now on, and the run says so once, with what was asked.
+      warn("gemm: cuBLASLt declined an FP8 product its heuristic chose a kernel for (", describe_float8(p),
+           "); products of this shape and placement run as widened f32 products from now on, far slower");
+      float8_plans_[float8_key(p)] = nullptr;
+      lock.unlock();
+      gemm_float8_widened(p);
+      return;
+    }
+    BMT_CUBLAS_CHECK(status);
   }
 
   bool float8_on_tensor_cores(const Float8GemmParams& p) {
@@ -330,9 +344,7 @@ class LtSession {
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   }
 
-  // The cached FP8 plan for p's problem, made on first use, or null where cuBLASLt has none; the
-  // caller holds mutex_.
-  Plan* float8_plan_for(const Float8GemmParams& p) {
+  static Float8Key float8_key(const Float8GemmParams& p) {
     Float8Key key{};
     key.m = p.m, key.n = p.n, key.k = p.k, key.ldc = p.ldc;
     key.a_dtype = static_cast<std::int64_t>(p.a_dtype);
@@ -344,6 +356,24 @@ class LtSession {
     key.align_b = alignment(p.b);
     key.align_c = alignment(p.c);
     key.align_bias = p.bias ? alignment(p.bias) : 0;
+    return key;
+  }
+
+  // An FP8 product's shape, formats and placement, for a message.
+  static std::string describe_float8(const Float8GemmParams& p) {
+    std::ostringstream os;
+    os << "m=" << p.m << " n=" << p.n << " k=" << p.k << " ldc=" << p.ldc << ", " << dtype_name(p.a_dtype) << " x "
+       << dtype_name(p.b_dtype) << " -> " << dtype_name(p.c_dtype) << (p.accumulate ? " added" : "")
+       << (p.bias ? " with bias" : "") << ", alignments a " << alignment(p.a) << " b " << alignment(p.b) << " c "
+       << alignment(p.c) << " scales " << alignment(p.a_scale) << " " << alignment(p.b_scale);
+    if (p.bias) os << " bias " << alignment(p.bias);
+    return os.str();
+  }
+
+  // The cached FP8 plan for p's problem, made on first use, or null where cuBLASLt has none; the
+  // caller holds mutex_.
+  Plan* float8_plan_for(const Float8GemmParams& p) {
+    const Float8Key key = float8_key(p);
     auto it = float8_plans_.find(key);
     if (it == float8_plans_.end()) {
       if (float8_plans_.size() >= kMaxPlans) float8_plans_.clear();
