@@ -80,14 +80,25 @@ Tensor LlamaBlock::forward_rows(const Tensor& rows, std::int64_t batch) const {
   const std::int64_t tp = tp_size(), B = batch, T = rows.size(0) * tp / batch, D = c.head_dim();
   const std::int64_t H = c.heads / tp, Hk = wk ? c.kv_head_count() / tp : 1;
   // q, k and v share one gather of the normed rows; their gradients meet before its reduce-scatter.
+  // In FP8 they share one quantization of them too, as gate and up do of theirs.
   const Tensor h = gather_tokens(attn_norm.forward(rows));
-  Tensor q = rotary_embedding(reshape(wq.forward_gathered(h), {B, T, H, D}), 0, c.rope);
-  Tensor k = rotary_embedding(reshape(key_value(wk, wk_whole, h), {B, T, Hk, D}), 0, c.rope);
-  Tensor v = reshape(key_value(wv, wv_whole, h), {B, T, Hk, D});
+  Tensor q, k, v;
+  {
+    Float8SharedInputs shared;
+    q = rotary_embedding(reshape(wq.forward_gathered(h), {B, T, H, D}), 0, c.rope);
+    k = rotary_embedding(reshape(key_value(wk, wk_whole, h), {B, T, Hk, D}), 0, c.rope);
+    v = reshape(key_value(wv, wv_whole, h), {B, T, Hk, D});
+  }
   Tensor y = attention_bthd(q, k, v, true);
   Tensor r = wo.forward_onto(rows, reshape(y, {B * T, H * D}));
   const Tensor f = gather_tokens(ffn_norm.forward(r));
-  return w2.forward_onto(r, swiglu(w1.forward_gathered(f), w3.forward_gathered(f)));
+  Tensor gate, up;
+  {
+    Float8SharedInputs shared;
+    gate = w1.forward_gathered(f);
+    up = w3.forward_gathered(f);
+  }
+  return w2.forward_onto(r, swiglu(gate, up));
 }
 
 }  // namespace bmt::models

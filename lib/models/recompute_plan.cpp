@@ -29,14 +29,14 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
   // heads and columns (1/tp of the width).
   //
   // With fp8 each FP8 product saves its input's codes (1 byte an element) in place of the input:
-  // the norms' outputs are kept only as codes, once for each projection that reads them (GPT-2's
-  // one each; Llama's q, k and v, and gate and up: 3 and 2), and the inputs of the attention
-  // output projection and of the MLP's last product as codes beside what the ops before them keep
-  // (attention its output, GELU its input, SwiGLU its gate and up).
+  // the norms' outputs are kept only as codes, once (Llama's q, k and v share theirs, as gate and
+  // up do: Float8SharedInputs), and the inputs of the attention output projection and of the MLP's
+  // last product as codes beside what the ops before them keep (attention its output, GELU its
+  // input, SwiGLU its gate and up).
   const double saved =
       !options.fp8 ? (c.arch == "gpt2" ? e * ((6 * C + 2 * F) / tp + 2 * C) : e * ((4 * C + 3 * F) / tp + 2 * C + 2 * Kv))
       : c.arch == "gpt2" ? e * (6 * C + F) / tp + 2 * C + (C + F) / tp
-                         : e * ((4 * C + 2 * F) / tp + 2 * Kv) + 5 * C + (C + F) / tp;
+                         : e * ((4 * C + 2 * F) / tp + 2 * Kv) + 2 * C + (C + F) / tp;
   ActivationSizes s;
   s.kept_block = N * (saved + 4 * H / tp + 16 / tp);
   // And each FP8 product its input's inverse scale: one f32, in the allocator's smallest block.

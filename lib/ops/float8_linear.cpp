@@ -10,6 +10,8 @@
 // does not also hold every block's weight in between.
 #include "bmtrain/ops/float8_linear.hpp"
 
+#include <algorithm>
+
 #include "bmtrain/autograd/function.hpp"
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/elementwise.hpp"
@@ -81,8 +83,10 @@ class Float8Linear final : public autograd::DeferrableFunction {
     const Tensor xc = contiguous(x.detach());
     // Backward reads x transposed (for dW) and W transposed (for dx), and only those. (The graph's
     // edges are made after forward: which gradients it will want is read off the inputs.)
-    const kernels::Float8Matrix qx = kernels::quantize_float8(xc, in_, kernels::abs_max(xc), DType::f8e4m3, true,
-                                                              keep && w.requires_grad());
+    Float8SharedInputs* shared = Float8SharedInputs::current();
+    const kernels::Float8Matrix qx =
+        shared ? shared->quantize(xc, in_, keep && w.requires_grad())
+               : kernels::quantize_float8(xc, in_, kernels::abs_max(xc), DType::f8e4m3, true, keep && w.requires_grad());
     x_codes_ = qx.codes;
     x_scale_inv_ = qx.scale_inv;
     if (keep) x_t_ = qx.transposed;
@@ -194,6 +198,32 @@ class Float8Linear final : public autograd::DeferrableFunction {
 };
 
 }  // namespace
+
+namespace {
+thread_local Float8SharedInputs* innermost_shared_inputs = nullptr;
+}  // namespace
+
+Float8SharedInputs::Float8SharedInputs() : outer_(innermost_shared_inputs) { innermost_shared_inputs = this; }
+
+Float8SharedInputs::~Float8SharedInputs() { innermost_shared_inputs = outer_; }
+
+Float8SharedInputs* Float8SharedInputs::current() { return innermost_shared_inputs; }
+
+kernels::Float8Matrix Float8SharedInputs::quantize(const Tensor& x, std::int64_t cols, bool transposed) {
+  const auto same = [&](const Entry& e) {
+    return e.x.data() == x.data() && e.x.shape() == x.shape() && e.x.dtype() == x.dtype() &&
+           e.codes.codes.size(-1) == cols;
+  };
+  const auto it = std::find_if(entries_.begin(), entries_.end(), same);
+  if (it != entries_.end() && (it->codes.transposed.defined() || !transposed)) return it->codes;
+  // New, or made without the transposed codes this product's backward needs: made (again) whole.
+  const kernels::Float8Matrix q = kernels::quantize_float8(x, cols, kernels::abs_max(x), DType::f8e4m3, true, transposed);
+  if (it != entries_.end())
+    it->codes = q;
+  else
+    entries_.push_back({x, q});
+  return q;
+}
 
 Tensor float8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return autograd::call<Float8Linear>({x, weight, bias})[0];

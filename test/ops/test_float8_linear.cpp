@@ -489,6 +489,59 @@ TEST(Float8Linear, BackwardTakesTheWeightCodesGivenThen) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected the weight's codes in backward")));
 }
 
+// Products that read one input inside a Float8SharedInputs scope (Llama's q, k and v) give what
+// they give apart, bit for bit, forward and backward, and keep one copy of its codes for backward
+// between them instead of one each; an equal input elsewhere in memory is quantized for itself.
+TEST(Float8Linear, SharedInputsAreQuantizedOnce) {
+  const std::int64_t rows = 64, in = 96, out = 32;
+  const auto xv = spread_floats(rows * in, 121, 3.0f);
+  const auto gv = spread_floats(rows * out, 122, 1e-2f);
+  const Tensor w1 = Tensor::from_floats(spread_floats(out * in, 123, 0.1f), {out, in}, DType::bf16);
+  const Tensor w2 = Tensor::from_floats(spread_floats(out * in, 124, 0.2f), {out, in}, DType::bf16);
+  struct Run {
+    std::vector<float> y, dx, dw1, dw2;
+    double kept = 0;  // bytes the forward leaves allocated for backward
+  };
+  const auto run = [&](bool shared) {
+    Tensor x = Tensor::from_floats(xv, {rows, in}, DType::bf16).set_requires_grad(true);
+    Tensor a = w1.detach().set_requires_grad(true), b = w2.detach().set_requires_grad(true);
+    const auto before = memory_stats().allocated_bytes;
+    Tensor y;
+    {
+      std::optional<Float8SharedInputs> scope;
+      if (shared) scope.emplace();
+      EXPECT_EQ(Float8SharedInputs::current() != nullptr, shared);
+      y = add(float8_linear(x, a), float8_linear(x, b));
+    }
+    EXPECT_EQ(Float8SharedInputs::current(), nullptr);
+    Run r;
+    r.kept = static_cast<double>(memory_stats().allocated_bytes) - static_cast<double>(before);
+    r.y = y.to_host_floats();
+    y.backward(Tensor::from_floats(gv, {rows, out}, DType::bf16));
+    r.dx = x.grad().to_host_floats();
+    r.dw1 = a.grad().to_host_floats();
+    r.dw2 = b.grad().to_host_floats();
+    return r;
+  };
+  const Run apart = run(false), shared = run(true);
+  EXPECT_EQ(shared.y, apart.y);
+  EXPECT_EQ(shared.dx, apart.dx);
+  EXPECT_EQ(shared.dw1, apart.dw1);
+  EXPECT_EQ(shared.dw2, apart.dw2);
+  // One [in, rows] copy of x's transposed codes fewer (1 byte an element) and of its scale (one
+  // f32), each in 512-byte blocks.
+  EXPECT_EQ(apart.kept - shared.kept, static_cast<double>((rows * in + 511) / 512 * 512 + 512));
+
+  // Another input of the same shape, at another address, is quantized for itself.
+  const Tensor x = Tensor::from_floats(xv, {rows, in}, DType::bf16);
+  const Tensor other = Tensor::from_floats(spread_floats(rows * in, 125, 1.0f), {rows, in}, DType::bf16);
+  const std::vector<float> own = float8_linear(other, w1).to_host_floats();
+  Float8SharedInputs scope;
+  const std::vector<float> first = float8_linear(x, w1).to_host_floats();
+  EXPECT_EQ(float8_linear(other, w1).to_host_floats(), own);
+  EXPECT_NE(own, first);
+}
+
 TEST(Float8Linear, EmptyShapesAndMisuse) {
   Tensor none = Tensor::zeros({0, 16}).set_requires_grad(true);
   Tensor w = Tensor::from_floats(random_floats(4 * 16, 81), {4, 16}).set_requires_grad(true);

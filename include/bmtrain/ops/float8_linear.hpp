@@ -20,6 +20,7 @@
 // The host build computes the same codes and scales and multiplies them exactly widened to f32,
 // so its results are the GPU's up to the order of f32 additions.
 #include <functional>
+#include <vector>
 
 #include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/tensor/tensor.hpp"
@@ -44,5 +45,34 @@ using Float8WeightCodes = std::function<kernels::Float8Matrix()>;
 // float8_linear(x, weight, bias)'s bit for bit.
 Tensor float8_linear(const Tensor& x, const Tensor& weight, Float8WeightCodes weight_codes,
                      const Tensor& bias = Tensor());
+
+// While one lives, the FP8 products this thread runs quantize an input they share once: a
+// product whose input has the data, shape and dtype of one quantized before in the scope reads
+// those codes (and keeps them for backward) instead of making its own. Llama's q, k and v
+// projections read the same normed rows, as do its gate and up: in FP8 one copy of their codes
+// lives to backward instead of three or two, and two passes over them are saved. The caller
+// promises the inputs are not written in place while the scope lives. Scopes nest; the innermost
+// serves.
+class Float8SharedInputs {
+ public:
+  Float8SharedInputs();
+  ~Float8SharedInputs();
+  Float8SharedInputs(const Float8SharedInputs&) = delete;
+  Float8SharedInputs& operator=(const Float8SharedInputs&) = delete;
+
+  // The innermost live scope of this thread, or null.
+  static Float8SharedInputs* current();
+  // x's e4m3 codes (row-major, and transposed when `transposed`), read as [numel / cols, cols]:
+  // those made before in this scope for the same x, else made now and remembered.
+  kernels::Float8Matrix quantize(const Tensor& x, std::int64_t cols, bool transposed);
+
+ private:
+  struct Entry {
+    Tensor x;  // held, so that its memory cannot become another input's while the scope lives
+    kernels::Float8Matrix codes;
+  };
+  std::vector<Entry> entries_;
+  Float8SharedInputs* outer_;
+};
 
 }  // namespace bmt
