@@ -386,7 +386,7 @@ class LtSession {
   // row-major [n, k] (our B, cuBLASLt's A, transposed) and [m, k] (our A, cuBLASLt's B).
   std::unique_ptr<Plan> make_float8_plan(const Float8Key& key) {
     const std::int64_t c_bytes = static_cast<std::int64_t>(dtype_size(static_cast<DType>(key.c_dtype)));
-    if (key.k % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0 ||
+    if (key.k % 16 != 0 || key.n % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0 ||
         (key.bias && key.align_bias < 16))
       return nullptr;
     auto plan = std::make_unique<Plan>();

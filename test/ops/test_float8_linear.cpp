@@ -14,6 +14,7 @@
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/float8.hpp"
 #include "bmtrain/kernels/gemm.hpp"
+#include "bmtrain/tensor/allocator.hpp"
 #include "bmtrain/ops/ops.hpp"
 #include "bmtrain/runtime/error.hpp"
 #include "common/float8_reference.hpp"
