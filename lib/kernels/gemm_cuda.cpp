@@ -15,7 +15,7 @@
 // its second not: "TN", the only FP8 layout on Hopper), each dequantized by its scale pointer,
 // f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off: the tensor cores' partial
 // sums are then promoted to f32 as the product goes along the reduced dimension, rather than kept
-// at their own precision to the end. Problems it has no kernel for (k not a multiple of 16, rows of
+// at their own precision to the end. Problems it has no kernel for (k or n not a multiple of 16, rows of
 // C or operands not 16-byte aligned, a device without FP8) take the widened f32 product, as does a
 // problem cuBLASLt declines at the call (with a warning, once).
 //
