@@ -10,7 +10,8 @@
 # off by 10% on these machines. Both run at the GPU's power limit most of the time: the clock
 # column says how far that pulled the clock down.
 # Both recompute every block by default (bmt-train --recompute full, FSDP2 per-block checkpointing);
-# BMT_ARGS="--recompute auto" lets bmt-train's planner choose instead.
+# BMT_ARGS with --recompute or --no-checkpointing decide bmt-train's side instead, and the header
+# then says FSDP2's alone recomputes per block.
 # RECOMPUTE=0 runs both without activation recomputation (bmt-train --no-checkpointing, FSDP2
 # --no-checkpoint): each keeps every block's activations, as fits in an H200's memory up to GPT-2 XL.
 # KEEP_ATTENTION=1 runs bmt-train with --keep-attention (its recompute reuses each block's attention
@@ -56,6 +57,9 @@ done
 [ -n "$shape" ] && model_text="$model shape ($shape)" || model_text=$model
 if [ "${RECOMPUTE:-1}" = 0 ]; then
   mode="no recompute"; fsdp2_flags=(--no-checkpoint); bmt_flags=(--no-checkpointing)
+elif [[ " ${BMT_ARGS:-} " =~ \ --(no-checkpointing|recompute)\  ]]; then
+  # bmt-train's own recompute flags decide its side.
+  mode="FSDP2 per-block recompute"; fsdp2_flags=(); bmt_flags=()
 else
   mode="per-block recompute"; fsdp2_flags=(); bmt_flags=(--recompute full)
 fi

@@ -112,6 +112,14 @@ grep '^fsdp2 ' "$work/calls" | grep -q -- 'peers/fsdp2_hf_llama.py --model llama
 grep '^bmt ' "$work/calls" | grep -q -- '--model llama3.2-1b --dtype bf16 --batch 4 --seq 2048 .* --loss-chunk 2048 --kv-heads 8$' ||
   fail "bmt-train at seq 2048 with BMT_ARGS: $(cat "$work/calls")"
 grep '^fsdp2 ' "$work/calls" | grep -q -- '--loss-chunk' && fail "FSDP2 given BMT_ARGS: $(cat "$work/calls")"
+# bmt-train's own recompute flags in BMT_ARGS decide its side: no --recompute full beside them,
+# and the header says only FSDP2 recomputes per block; without them bmt-train recomputes in full.
+grep '^bmt ' "$work/calls" | grep -q -- '--recompute full' || fail "bmt-train not given --recompute full: $(cat "$work/calls")"
+: > "$work/calls"
+out=$(PEER=none BMT_ARGS="--moments bf16 --no-checkpointing" OUT="$work/out9" bash "$driver" /opt/bmt-train gpt2-124m 4 1 3 1)
+grep -q '^# side-by-side: gpt2-124m, .*, FSDP2 per-block recompute, bmt-train alone, bmt-train --moments bf16 --no-checkpointing, 1 round(s)' <<< "$out" ||
+  fail "header with bmt-train's own recompute flags: $out"
+grep '^bmt ' "$work/calls" | grep -q -- '--recompute full' && fail "bmt-train given --recompute full beside --no-checkpointing: $(cat "$work/calls")"
 out=$(PEER=hf-llama LAYERS=2 bash "$driver" /opt/bmt-train llama3.2-1b 4 1 3 1 2>&1) && fail "PEER=hf-llama with a shape accepted"
 grep -q "PEER=hf-llama: expected a released preset's shape, found overrides (layers 2)" <<< "$out" || fail "hf-llama shape: $out"
 echo "side_by_side_driver: ok"
