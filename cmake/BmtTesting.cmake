@@ -1,5 +1,9 @@
 # Test registration. MPI tests run at several world sizes (3 catches sizes that do not divide
 # evenly); as root and on small machines Open MPI needs --allow-run-as-root and --oversubscribe.
+# Tests run in parallel (scripts/test.sh passes ctest -j): an MPI test declares its ranks as
+# PROCESSORS, tests that write one file take a RESOURCE_LOCK, a test that needs another's output
+# names it in FIXTURES_REQUIRED, and a long test carries a COST so that a first run, with no
+# timings yet, starts it early.
 # Open MPI's mpirun, once a rank has exited non-zero, sends the others SIGTERM and waits
 # odls_base_sigkill_timeout (a second) before SIGKILL, even when they have already exited; many of
 # the tests' jobs end in an error on purpose, so the tests set that wait to 0. What they check
