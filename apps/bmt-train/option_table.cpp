@@ -199,7 +199,8 @@ std::vector<OptionRow> make_table() {
   add(Row("--tp", &O::tp,
           "Tensor-parallel ranks: each block's attention heads and MLP width, the vocabulary and the loss are split "
           "over groups of N consecutive ranks of a node, and the batch over the world size / N data-parallel groups "
-          "(N must divide the ranks of a node, the heads, the MLP width and the vocabulary)")
+          "(N must divide the ranks of a node, the heads, the MLP width and the vocabulary; Llama's key/value heads "
+          "must be divisible by N or divide it)")
           .takes(whole_number(1, 1024, "a whole number in [1, 1024]"), "N")
           .shows_default()
           .on_resume(Effect::rounding));
@@ -352,7 +353,8 @@ std::vector<OptionRow> make_table() {
           "Evaluate the model (--init-from's, or --resume's) on every sequence of --val-data once and print the "
           "loss and perplexity; nothing is trained or saved"));
   add(Row("--eval-logits", &O::eval_logits, "With --eval-only: write the logits of the first validation sequence "
-                                            "to this file (raw little-endian f32, [seq, vocab])")
+                                            "to this file (raw little-endian f32, [seq, vocab]; needs --tp 1: above it no rank "
+                                            "holds whole rows of logits)")
           .needs("--eval-only")
           .agree(Agree::no));
   return t;

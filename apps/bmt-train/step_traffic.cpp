@@ -18,7 +18,8 @@ void add_collective(StepTraffic& t, double bytes, int n, int local, double times
 StepTraffic step_traffic(const TrafficPlan& p) {
   BMT_REQUIRE(p.shard_size > 0 && p.replicas > 0 && p.tp_size > 0 && p.micro_batches > 0 && p.gathers_per_pass >= 0 &&
                   p.activation_collectives >= 0,
-              "step_traffic: expected positive group sizes and micro-batches, found shard group "
+              "step_traffic: expected positive group sizes and micro-batches and non-negative gathers and activation "
+              "collectives, found shard group "
                   << p.shard_size << ", replicas " << p.replicas << ", tp " << p.tp_size << ", micro-batches "
                   << p.micro_batches << ", gathers " << p.gathers_per_pass << ", activation collectives "
                   << p.activation_collectives);

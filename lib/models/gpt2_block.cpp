@@ -47,9 +47,7 @@ void GPT2Block::set_fp8(bool on) {
 }
 
 Tensor GPT2Block::forward(const Tensor& x, std::int64_t batch) const {
-  const auto [rows, b] = block_rows(x, batch, "GPT2Block");
-  const Tensor y = forward_rows(rows, b);
-  return x.dim() == 3 ? reshape(y, x.shape()) : y;
+  return on_block_rows(x, batch, "GPT2Block", [this](const Tensor& rows, std::int64_t b) { return forward_rows(rows, b); });
 }
 
 Tensor GPT2Block::forward_rows(const Tensor& x, std::int64_t batch) const {

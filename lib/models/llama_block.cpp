@@ -62,9 +62,7 @@ void LlamaBlock::set_fp8(bool on) {
 }
 
 Tensor LlamaBlock::forward(const Tensor& x, std::int64_t batch) const {
-  const auto [rows, b] = block_rows(x, batch, "LlamaBlock");
-  const Tensor y = forward_rows(rows, b);
-  return x.dim() == 3 ? reshape(y, x.shape()) : y;
+  return on_block_rows(x, batch, "LlamaBlock", [this](const Tensor& rows, std::int64_t b) { return forward_rows(rows, b); });
 }
 
 Tensor LlamaBlock::key_value(const std::unique_ptr<nn::ColumnParallelLinear>& split,

@@ -183,8 +183,12 @@ class Float8Linear final : public autograd::DeferrableFunction {
                     m.scale_inv.numel() == 1,
                 "float8_linear: expected the weight's codes in " << pass << " as contiguous f8e4m3 [" << out_ << ", "
                     << in_ << "] with one f32 inverse scale, found "
-                    << (m.codes.defined() ? std::string(dtype_name(m.codes.dtype())) + " " + to_string(m.codes.shape())
-                                          : std::string("none")));
+                    << (m.codes.defined() ? std::string(m.codes.is_contiguous() ? "contiguous " : "strided ") +
+                                                dtype_name(m.codes.dtype()) + " " + to_string(m.codes.shape())
+                                          : std::string("no codes"))
+                    << " with " << (m.scale_inv.defined() ? std::to_string(m.scale_inv.numel()) + " " +
+                                                                dtype_name(m.scale_inv.dtype()) + " inverse scale(s)"
+                                                          : std::string("no inverse scale")));
     return m;
   }
 

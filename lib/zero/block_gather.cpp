@@ -100,7 +100,10 @@ void ShardedStorage::gather_into(const Tensor& full, const Tensor& staging, Comm
   BMT_REQUIRE(!across || (staging.defined() && staging.nbytes() >= wire_bytes),
               "ShardedStorage '" << name_ << "': expected a gather staging buffer of " << wire_bytes << " bytes, found "
                                  << (staging.defined() ? staging.nbytes() : 0));
-  if (!gather_amax_.defined()) gather_amax_ = Tensor::empty({l.float8_count}, DType::f32);
+  // One maximum for each parameter that could be gathered as float8, so that the marks changing
+  // (set_fp8 after a gather) never outgrows a buffer earlier gathers may still be reading.
+  if (!gather_amax_.defined())
+    gather_amax_ = Tensor::empty({static_cast<std::int64_t>(entries_.size())}, DType::f32);
   stream.wait(values_written_);
   timeline::Span span(stream, "gather", name_);
 

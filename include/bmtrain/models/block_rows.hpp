@@ -4,15 +4,16 @@
 // token matrix, and attention needs the batch B to see the sequences again. Without tensor
 // parallelism a block also takes the plain [B, T, C], as a user's code calls it.
 #include <cstdint>
-#include <utility>
+#include <functional>
 
 #include "bmtrain/tensor/tensor.hpp"
 
 namespace bmt::models {
 
-// x [B, T, C] is taken as rows [B*T, C] of a batch of B (tp 1 only); rows [N/tp, C] are taken as
-// they are, with `batch` sequences over the group. Returns the rows and the batch; `block` names
-// the caller in errors.
-std::pair<Tensor, std::int64_t> block_rows(const Tensor& x, std::int64_t batch, const char* block);
+// forward_rows(rows, batch) on x: x [B, T, C] is taken as rows [B*T, C] of a batch of B (tp 1
+// only) and the result given back as [B, T, C]; rows [N/tp, C] are taken as they are, with `batch`
+// sequences over the group. `block` names the caller in errors.
+Tensor on_block_rows(const Tensor& x, std::int64_t batch, const char* block,
+                     const std::function<Tensor(const Tensor& rows, std::int64_t batch)>& forward_rows);
 
 }  // namespace bmt::models
