@@ -12,5 +12,8 @@ near() {  # near A B WHAT: the losses and gradient norms of metrics files A and 
              if ($1 != $4 || d > 1e-5 * ($3 < 0 ? -$3 : $3)) { print "step " $1 ": " $3 " vs " $6; bad = 1 } }
            END { exit bad }' || fail "$3: $key differs"
   done
-  [ "$(steps "$1" | wc -l)" -eq "$(steps "$2" | wc -l)" ] || fail "$3: different numbers of steps"
+  local a b
+  a=$(steps "$1" | wc -l); b=$(steps "$2" | wc -l)
+  [ "$a" -eq "$b" ] || fail "$3: $a steps in $1, $b in $2"
+  [ "$a" -gt 0 ] || fail "$3: no steps in $1 or $2"
 }
