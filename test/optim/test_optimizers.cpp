@@ -186,6 +186,26 @@ TEST(AdamW, Bf16ShardIsRoundedFromF32Master) {
   }
 }
 
+// The bytes allocated since it was made, with the rings emptied and the allocator's cache given
+// back first (cached blocks of earlier tests could serve a request with a larger block, best fit).
+class AllocationBaseline {
+ public:
+  AllocationBaseline() {
+    bmt::gather_ring().clear();
+    bmt::gather_staging_ring().clear();
+    bmt::gradient_ring().clear();
+    bmt::CachingAllocator::instance().release_cached();
+    before_ = bmt::memory_stats().allocated_bytes;
+  }
+  double bytes_now() const {
+    bmt::context().compute_stream().synchronize();
+    return static_cast<double>(bmt::memory_stats().allocated_bytes - before_);
+  }
+
+ private:
+  std::size_t before_ = 0;
+};
+
 // The state's bytes, measured by the allocator, against bmt::optim::estimate_memory for f32 and
 // bf16 parameters and moments: before a backward 12 bytes a parameter / N (8 with bf16 moments: the
 // values are held in f32 and are the master weights, and no gradient shard is there yet), after a
@@ -195,15 +215,8 @@ TEST(AdamW, ResidentMemoryIsTheEstimate) {
   for (bmt::DType dtype : {bmt::DType::f32, bmt::DType::bf16})
     for (bmt::DType moments : {bmt::DType::f32, bmt::DType::bf16}) {
       const std::string what = std::string(bmt::dtype_name(dtype)) + " values, " + bmt::dtype_name(moments) + " moments";
-      bmt::gather_ring().clear();
-      bmt::gradient_ring().clear();
-      // Cached blocks of earlier tests could serve a request with a larger block (best fit).
-      bmt::CachingAllocator::instance().release_cached();
-      const auto before = bmt::memory_stats().allocated_bytes;
-      auto bytes_now = [&] {
-        bmt::context().compute_stream().synchronize();
-        return static_cast<double>(bmt::memory_stats().allocated_bytes - before);
-      };
+      const AllocationBaseline baseline;
+      const auto bytes_now = [&] { return baseline.bytes_now(); };
       Model model(60000, 4, dtype);
       bmt::init_parameters(model);
       bmt::optim::AdamWOptions options;
@@ -265,15 +278,8 @@ constexpr std::int64_t kFp8Features = 384;
 
 TEST(AdamW, ResidentMemoryWithFloat8GathersIsTheEstimate) {
   constexpr std::int64_t kD = kFp8Features;
-  bmt::gather_ring().clear();
-  bmt::gather_staging_ring().clear();
-  bmt::gradient_ring().clear();
-  bmt::CachingAllocator::instance().release_cached();
-  const auto before = bmt::memory_stats().allocated_bytes;
-  auto bytes_now = [&] {
-    bmt::context().compute_stream().synchronize();
-    return static_cast<double>(bmt::memory_stats().allocated_bytes - before);
-  };
+  const AllocationBaseline baseline;
+  const auto bytes_now = [&] { return baseline.bytes_now(); };
   struct Fp8Model : bmt::DistributedModule {
     bmt::TransformerBlockList<Fp8LinearBlock> blocks;
     Fp8Model() {
