@@ -12,10 +12,7 @@
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
 max_np=$1; exe=$2; mpiexec=$3; shift 3; preflags=("$@")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" --no-progress "$@"; }
+. "$(dirname "$0")/cli_common.sh"
 tiny=(--model tiny --batch 12 --seq 32 --lr 0.01 --log-every 100)
 
 # Bad input: exit code 2, a one-line error on stderr, within the timeout.
@@ -153,22 +150,22 @@ done
 # --offload: the same updates on the host, so the on-device run's losses (on a GPU the device
 # kernel fuses multiply-adds the host does not: within 1e-5), and a run that saved with the
 # optimizer on the device resumes offloaded, and the other way around, as the writer went on.
-near() {  # near A B WHAT: the losses of metrics files A and B agree within 1e-5, step by step
+losses_near() {  # losses_near A B WHAT: the losses of metrics files A and B agree within 1e-5, step by step
   paste <(losses "$1") <(losses "$2") | awk '{ d = $2 - $4; if (d < 0) d = -d
     if ($1 != $3 || d > 1e-5 * ($2 < 0 ? -$2 : $2)) { print "step " $1 ": " $2 " vs " $4; bad = 1 } } END { exit bad }' \
     || fail "$3: losses $(losses "$2" | tr '\n' ' ') differ from $(losses "$1" | tr '\n' ' ')"
 }
 run 2 "${tiny[@]}" --steps 8 --offload --metrics "$work/offload.jsonl" --save "$work/ckpt_offload" --save-every 4 \
   >"$work/offload.out" || fail "--offload run failed"
-near "$work/full.jsonl" "$work/offload.jsonl" "--offload"
+losses_near "$work/full.jsonl" "$work/offload.jsonl" "--offload"
 grep -q "host memory per rank: .* optimizer state (16 bytes a parameter / 2), updated by [0-9]* thread" "$work/offload.out" \
   || fail "--offload: the header does not state the host memory: $(cat "$work/offload.out")"
 run 2 "${tiny[@]}" --steps 8 --offload --metrics "$work/to_offload.jsonl" --resume "$work/ckpt/step-4" >/dev/null \
   || fail "--offload resuming an on-device checkpoint failed"
-near <(tail -4 "$work/full.jsonl") "$work/to_offload.jsonl" "--offload resumed from an on-device checkpoint"
+losses_near <(tail -4 "$work/full.jsonl") "$work/to_offload.jsonl" "--offload resumed from an on-device checkpoint"
 run 2 "${tiny[@]}" --steps 8 --metrics "$work/from_offload.jsonl" --resume "$work/ckpt_offload/step-4" >/dev/null \
   || fail "resuming an offloaded checkpoint on the device failed"
-near <(tail -4 "$work/offload.jsonl") "$work/from_offload.jsonl" "on the device resumed from an offloaded checkpoint"
+losses_near <(tail -4 "$work/offload.jsonl") "$work/from_offload.jsonl" "on the device resumed from an offloaded checkpoint"
 # --offload-delayed: each gradient one update behind, so other losses after the first steps; a
 # checkpoint copies the last update back first, so a resumed run goes on exactly as the writer.
 run 2 "${tiny[@]}" --steps 8 --offload --offload-delayed --metrics "$work/delayed.jsonl" --save "$work/ckpt_delayed" \

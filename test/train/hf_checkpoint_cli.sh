@@ -8,10 +8,7 @@
 # Usage: hf_checkpoint_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 set -u
 max_np=$1; exe=$2; mpiexec=$3; shift 3; preflags=("$@")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" --no-progress "$@"; }
+. "$(dirname "$0")/cli_common.sh"
 other_np=$((max_np < 3 ? max_np : 3))
 
 # Token files: raw uint16 below the models' vocabulary of 300.

@@ -6,10 +6,7 @@
 # Usage: hybrid_cli.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 set -u
 exe=$1; mpiexec=$2; shift 2; preflags=("$@")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" --no-progress "$@"; }
+. "$(dirname "$0")/cli_common.sh"
 # 4 ranks as 2 nodes of 2, sharding within the node.
 run_nodes() { BMT_TEST_NODE_SIZE=2 run 4 --shard-group node "$@"; }
 # 2 micro-batches a step on 4 ranks (8 on 1), and a clip below the gradient norm of every step.
@@ -29,7 +26,6 @@ expect_usage_error "nodes of different sizes" \
   "${tiny[@]}" --steps 1 --shard-group node
 
 # field, steps and near: reading and comparing --metrics files.
-. "$(dirname "$0")/metrics_compare.sh"
 
 run 1 "${tiny[@]}" --steps 8 --metrics "$work/one.jsonl" --save "$work/ckpt_one" --save-every 4 >/dev/null \
   || fail "the 1-rank run failed"

@@ -8,10 +8,7 @@
 # Usage: tp_cli.sh BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 set -u
 exe=$1; mpiexec=$2; shift 2; preflags=("$@")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-run() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" --no-progress "$@"; }
+. "$(dirname "$0")/cli_common.sh"
 # 2 micro-batches a step on 4 ranks at tp 2 x dp 2 (4 on 2 ranks at tp 2, 8 on 1), and a clip below
 # the gradient norm of every step.
 tiny=(--model tiny --batch 8 --micro-batch 2 --seq 32 --lr 0.01 --grad-clip 0.5 --log-every 100)
@@ -36,11 +33,11 @@ out=$(BMT_TEST_NODE_SIZE=1 run 2 "${tiny[@]}" --steps 1 --tp 2 2>&1 >/dev/null);
   || fail "a tp group crossing a node: expected a one-line error naming the node, found ($rc): $out"
 
 # field, steps and near: reading and comparing --metrics files.
-. "$(dirname "$0")/metrics_compare.sh"
 
 run 1 "${tiny[@]}" --steps 6 --metrics "$work/one.jsonl" --save "$work/ckpt_one" --save-every 3 >/dev/null \
   || fail "the 1-rank run failed"
-field "$work/one.jsonl" grad_norm | awk '$2 <= 0.5 { bad = 1 } END { exit bad }' || fail "a step was not clipped"
+field "$work/one.jsonl" grad_norm | awk '$2 <= 0.5 { print "step " $1 ": grad_norm " $2 " (expected above the clip, 0.5)"; bad = 1 }
+                                          END { exit bad || NR == 0 }' || fail "a step was not clipped, or none was recorded"
 run 2 "${tiny[@]}" --steps 6 --tp 2 --metrics "$work/tp2.jsonl" >"$work/tp2.out" || fail "the tp 2 run failed"
 near "$work/one.jsonl" "$work/tp2.jsonl" "tp 2 against 1 rank"
 grep -q "mesh tp 2 x dp 1" "$work/tp2.out" || fail "the banner does not state the mesh: $(cat "$work/tp2.out")"
@@ -59,7 +56,8 @@ run 2 "${tiny[@]}" --steps 6 --tp 2 --dtype bf16 --metrics "$work/bf16.jsonl" >/
 run 2 "${tiny[@]}" --steps 6 --tp 2 --dtype bf16 --fp8 --metrics "$work/fp8.jsonl" >/dev/null \
   || fail "the FP8 tp 2 run failed"
 paste <(field "$work/bf16.jsonl" loss) <(field "$work/fp8.jsonl" loss) | \
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if (NF != 4 || d > 0.05 * $2) bad = 1 } END { exit bad || NR != 6 }' \
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if (NF != 4 || d > 0.05 * $2) { print "step " $1 ": bf16 " $2 ", fp8 " $4; bad = 1 } }
+       END { if (NR != 6) print NR " steps, expected 6"; exit bad || NR != 6 }' \
   || fail "FP8 at tp 2: losses not within 5% of bf16's"
 
 # Checkpoints hold whole tensors: one saved at tp 2 x dp 2 resumes at 1 rank, and 1 rank's at
@@ -82,7 +80,7 @@ run 1 "${tiny[@]}" --init-from "$work/hf" --steps 0 --export-hf "$work/hf_one" >
 run 2 "${tiny[@]}" --tp 2 --init-from "$work/hf" --steps 0 --export-hf "$work/hf_tp" >/dev/null \
   || fail "the tp 2 import and export failed"
 for f in hf_one hf_tp; do
-  cmp -s "$work/hf/model.safetensors" "$work/$f/model.safetensors" || fail "$f: the export differs from the import"
+  cmp "$work/hf/model.safetensors" "$work/$f/model.safetensors" || fail "$f: the export differs from the import"
 done
 run 1 "${tiny[@]}" --init-from "$work/hf" --steps 4 --metrics "$work/hf_one.jsonl" >/dev/null \
   || fail "training from the import at 1 rank failed"

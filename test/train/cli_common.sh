@@ -1,6 +1,11 @@
 # shellcheck shell=bash
-# Sourced by the CLI test scripts: reading and comparing --metrics files. near calls the sourcing
-# script's fail.
+# Sourced by the CLI test scripts once they have set exe, mpiexec and preflags: a work folder
+# removed on exit, fail (counted in failures), run NP ARGS... (bmt-train under the MPI launcher,
+# two minutes at most), and reading and comparing --metrics files.
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+run() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "${preflags[@]}" "$exe" --no-progress "$@"; }
 # field FILE KEY: "step value" lines of the metrics file's KEY.
 field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | awk '{ print NR " " $1 }'; }
 steps() { sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$1"; }
