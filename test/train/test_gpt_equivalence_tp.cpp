@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "bmtrain/optim/sgd.hpp"
+#include "float_vectors_file.hpp"
 #include "small_gpt.hpp"
 #include "common/tensor_parallel_reference.hpp"
 
@@ -128,24 +129,13 @@ const char* const kRuns[] = {"gpt2", "llama-kv2", "llama-kv1"};
 
 void save(const std::string& path, const std::vector<TrainingRun>& runs) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  for (const auto& r : runs)
-    for (const auto* v : {&r.initial, &r.losses, &r.norms, &r.params}) {
-      const std::uint64_t n = v->size();
-      f.write(reinterpret_cast<const char*>(&n), sizeof n);
-      f.write(reinterpret_cast<const char*>(v->data()), static_cast<std::streamsize>(n * sizeof(float)));
-    }
+  for (const auto& r : runs) bmt_test::write_vectors(f, {&r.initial, &r.losses, &r.norms, &r.params});
 }
 
 std::vector<TrainingRun> load(const std::string& path, std::size_t count) {
   std::ifstream f(path, std::ios::binary);
   std::vector<TrainingRun> runs(count);
-  for (auto& r : runs)
-    for (auto* v : {&r.initial, &r.losses, &r.norms, &r.params}) {
-      std::uint64_t n = 0;
-      f.read(reinterpret_cast<char*>(&n), sizeof n);
-      v->resize(n);
-      f.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(n * sizeof(float)));
-    }
+  for (auto& r : runs) bmt_test::read_vectors(f, {&r.initial, &r.losses, &r.norms, &r.params});
   return f ? runs : std::vector<TrainingRun>{};
 }
 
