@@ -19,7 +19,7 @@ LlamaBlock::LlamaBlock(const ModelConfig& cfg)
   const std::int64_t kv = cfg.kv_head_count() * cfg.head_dim();
   register_module("attention_norm", attn_norm);
   register_module("wq", wq);
-  if (cfg.kv_head_count() % tp_size() == 0) {
+  if (cfg.splits_kv_heads(tp_size())) {
     wk = std::make_unique<nn::ColumnParallelLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
     wv = std::make_unique<nn::ColumnParallelLinear>(cfg.dim, kv, false, cfg.dtype, init::normal(cfg.init_std));
     register_module("wk", *wk);
@@ -76,7 +76,7 @@ Tensor LlamaBlock::key_value(const std::unique_ptr<nn::ColumnParallelLinear>& sp
 
 Tensor LlamaBlock::forward_rows(const Tensor& rows, std::int64_t batch) const {
   const std::int64_t tp = tp_size(), B = batch, T = rows.size(0) * tp / batch, D = c.head_dim();
-  const std::int64_t H = c.heads / tp, Hk = wk ? c.kv_head_count() / tp : 1;
+  const std::int64_t H = c.heads / tp, Hk = c.local_kv_heads(static_cast<int>(tp));
   // q, k and v share one gather of the normed rows; their gradients meet before its reduce-scatter.
   // In FP8 they share one quantization of them too, as gate and up do of theirs.
   const Tensor h = gather_tokens(attn_norm.forward(rows));

@@ -12,7 +12,7 @@ std::int64_t ModelConfig::block_parameter_count(int tp) const {
   if (arch == "gpt2")  // norms; QKV, the MLP's first projection: split; the output projections' biases: whole
     return 2 * 2 * C + (3 * C * C + 3 * C) / tp + (C * C / tp + C) + (F * C + F) / tp + (C * F / tp + C);
   // norms, q and o, k and v (whole when there are fewer key/value heads than ranks), the SwiGLU MLP
-  const std::int64_t kv = kv_head_count() % tp == 0 ? 2 * K * C / tp : 2 * K * C;
+  const std::int64_t kv = splits_kv_heads(tp) ? 2 * K * C / tp : 2 * K * C;
   return 2 * C + 2 * C * C / tp + kv + 3 * C * F / tp;
 }
 

@@ -15,9 +15,7 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
   const double C = static_cast<double>(c.dim), F = static_cast<double>(c.ffn), H = static_cast<double>(c.heads);
   const double tp = static_cast<double>(tp_size());
   // This rank's key/value width: its heads' share, or one head when they are fewer than the ranks.
-  const double Kv = static_cast<double>(c.kv_head_count() % tp_size() == 0
-                                            ? c.kv_head_count() * c.head_dim() / tp_size()
-                                            : c.head_dim());
+  const double Kv = static_cast<double>(c.local_kv_heads(tp_size()) * c.head_dim());
   // What the ops save for backward, a token at a time: the block's input, and for GPT-2 ln_1's
   // output, the QKV projection's, attention's, the residual sum, ln_2's output and the MLP's hidden
   // activations before and after the GELU; for Llama the two norms' outputs, the rotated q and k, v,

@@ -51,6 +51,11 @@ struct ModelConfig {
 
   std::int64_t head_dim() const { return dim / heads; }
   std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Under tensor parallelism over tp ranks the key/value heads are split when tp divides them, and
+  // held whole by every rank when they divide tp (check_tensor_parallel refuses the rest).
+  bool splits_kv_heads(int tp) const { return kv_head_count() % tp == 0; }
+  // The key/value heads one of tp ranks attends with: its share, or the one its query heads read.
+  std::int64_t local_kv_heads(int tp) const { return splits_kv_heads(tp) ? kv_head_count() / tp : 1; }
   // Parameters, counting a tied embedding once. At tp > 1: those one rank of the tensor-parallel
   // group holds, its parts of the split ones (1/tp) and the replicated ones whole (norms, biases of
   // row-parallel layers, GPT-2's positions, key/value projections when kv_heads < tp).
