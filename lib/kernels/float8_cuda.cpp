@@ -7,16 +7,24 @@
 // float maximum; a maximum does not depend on the order the blocks arrive in, so the result is
 // the same on every run (it is exact, as the portable reduction's is).
 //
+// The cast: x scaled and rounded to float8 into the row-major layout, the transposed one, or both,
+// in one pass over x. The cast is bound by memory, so a thread moves packs of 8 elements: a block
+// takes a 64 x 64 tile, each thread reads 8 consecutive elements of a row (16 bytes of bf16) and
+// writes their 8 codes with one store, keeps the codes in shared memory, and writes 8 consecutive
+// codes of a transposed row with one store; a warp's stores are whole 64-byte rows. Where the
+// dimensions are not multiples of 8 or the pointers not aligned to a pack, 32 x 32 tiles of single
+// elements do the same. On sm_89 and later the rounding is the hardware's (cvt.rn.satfinite, two
+// elements an instruction), otherwise float8.hpp's software conversion; the two agree bit for bit
+// (nearest even, saturating to the largest finite value), except that the hardware writes one NaN
+// code whatever the sign, so a NaN takes float8.hpp's code instead.
+//
 // The transpose of codes already made (a gathered weight's, for the backward product): the cast's
 // tiles without the cast.
-//
-// The cast: x scaled and rounded to float8 into the row-major layout, the transposed one, or both,
-// in one pass over x. A block takes a 32 x 32 tile: its threads read x and write the row-major
-// codes a row at a time, keep the codes in shared memory, and write the transposed codes a row of
-// the transpose at a time, so that both layouts are written in whole rows rather than one byte per
-// row. The codes are float8.hpp's conversion of the same float product as the portable kernel's,
-// so the two agree bit for bit.
+#include <cuda_fp8.h>
+
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "bmtrain/kernels/float8.hpp"
 #include "cuda_common.hpp"
@@ -73,6 +81,114 @@ __global__ void transpose_tiles(const std::uint8_t* __restrict__ in, std::int64_
   }
 }
 
+constexpr int kPack = 8;                         // elements a thread moves at once
+constexpr int kPackTile = 64;                    // a block's tile: 64 x 64 elements
+constexpr int kPacksPerRow = kPackTile / kPack;  // 8 threads across a tile's row
+constexpr int kPackRowsPerPass = 32;             // a block is 8 x 32 threads: each covers 2 rows
+// Shared rows of 17 words: a warp's transposed reads (one byte from each of 8 rows 8 apart) then
+// fall on distinct banks but for pairs.
+constexpr int kPackTileStride = kPackTile + 4;
+using PackTile = std::uint8_t[kPackTile][kPackTileStride];
+
+// Codes of a pack into the tile's row i at column 8 tx: two 4-byte stores (rows are 4-aligned).
+__device__ __forceinline__ void put_pack(PackTile& tile, int i, int tx, uint2 q) {
+  auto* w = reinterpret_cast<std::uint32_t*>(&tile[i][kPack * tx]);
+  w[0] = q.x;
+  w[1] = q.y;
+}
+
+// Both dimensions in whole packs and every pointer aligned to its pack, so that each thread's
+// loads and stores are single aligned accesses.
+bool packs_fit(const void* x, std::size_t element_bytes, std::int64_t rows, std::int64_t cols,
+               const std::uint8_t* out, const std::uint8_t* out_t) {
+  const auto aligned = [](const void* p, std::size_t to) { return reinterpret_cast<std::uintptr_t>(p) % to == 0; };
+  return rows % kPack == 0 && cols % kPack == 0 && aligned(x, std::min<std::size_t>(16, kPack * element_bytes)) &&
+         aligned(out, kPack) && aligned(out_t, kPack);
+}
+
+// The codes of lo (low byte) and hi in F, rounded as float8.hpp's F::from_float rounds them.
+template <class F>
+__device__ __forceinline__ std::uint32_t float8_code_pair(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  constexpr __nv_fp8_interpretation_t kind = std::is_same_v<F, f8e4m3_t> ? __NV_E4M3 : __NV_E5M2;
+  std::uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, kind);  // lo in the low byte
+  if (lo != lo) pair = (pair & 0xff00u) | F::from_float(lo);
+  if (hi != hi) pair = (pair & 0x00ffu) | (static_cast<std::uint32_t>(F::from_float(hi)) << 8);
+  return pair;
+#else
+  return F::from_float(lo) | (static_cast<std::uint32_t>(F::from_float(hi)) << 8);
+#endif
+}
+
+// The codes of kPack scaled values, first in the lowest byte (memory order).
+template <class F>
+__device__ __forceinline__ uint2 float8_pack(const float (&v)[kPack], float scale) {
+  std::uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int k = 0; k < kPack; k += 2) w[k / 4] |= float8_code_pair<F>(v[k] * scale, v[k + 1] * scale) << (8 * (k % 4));
+  return make_uint2(w[0], w[1]);
+}
+
+// The transposed tile's writes, shared by the cast and the transpose of codes: thread (tx, ty)
+// writes codes tile[8 tx .. 8 tx + 8)[i] as one 8-byte store into row c0 + i of out_t.
+__device__ __forceinline__ void store_transposed_packs(const PackTile& tile,
+                                                       std::int64_t r0, std::int64_t c0, std::int64_t rows,
+                                                       std::int64_t cols, std::uint8_t* __restrict__ out_t) {
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const std::int64_t r = r0 + kPack * tx;
+  if (r >= rows) return;
+  for (int i = ty; i < kPackTile; i += kPackRowsPerPass) {
+    const std::int64_t c = c0 + i;
+    if (c >= cols) break;
+    std::uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) w[k / 4] |= static_cast<std::uint32_t>(tile[kPack * tx + k][i]) << (8 * (k % 4));
+    *reinterpret_cast<uint2*>(out_t + c * rows + r) = make_uint2(w[0], w[1]);
+  }
+}
+
+template <class F, class T>
+__global__ void __launch_bounds__(kPacksPerRow * kPackRowsPerPass)
+    quantize_packed_tiles(const T* __restrict__ x, std::int64_t rows, std::int64_t cols, const float* amax,
+                          std::uint8_t* __restrict__ out, std::uint8_t* __restrict__ out_t, float* scale_inv) {
+  __shared__ alignas(16) PackTile tile;
+  const float scale = float8_scale(amax[0], F::max());
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kPackTile;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kPackTile;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) scale_inv[0] = 1.0f / scale;
+  const std::int64_t c = c0 + kPack * tx;
+  for (int i = ty; i < kPackTile; i += kPackRowsPerPass) {
+    const std::int64_t r = r0 + i;
+    if (r < rows && c < cols) {
+      float v[kPack];
+      cuda::load<kPack>(x + r * cols + c, v);
+      const uint2 q = float8_pack<F>(v, scale);
+      if (out) *reinterpret_cast<uint2*>(out + r * cols + c) = q;
+      put_pack(tile, i, tx, q);
+    }
+  }
+  if (!out_t) return;  // the same for every thread of the block
+  __syncthreads();
+  store_transposed_packs(tile, r0, c0, rows, cols, out_t);
+}
+
+__global__ void __launch_bounds__(kPacksPerRow * kPackRowsPerPass)
+    transpose_packed_tiles(const std::uint8_t* __restrict__ in, std::int64_t rows, std::int64_t cols,
+                           std::uint8_t* __restrict__ out) {
+  __shared__ alignas(16) PackTile tile;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kPackTile;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kPackTile;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const std::int64_t c = c0 + kPack * tx;
+  for (int i = ty; i < kPackTile; i += kPackRowsPerPass) {
+    const std::int64_t r = r0 + i;
+    if (r < rows && c < cols) put_pack(tile, i, tx, *reinterpret_cast<const uint2*>(in + r * cols + c));
+  }
+  __syncthreads();
+  store_transposed_packs(tile, r0, c0, rows, cols, out);
+}
+
 constexpr int kAmaxThreads = 256;
 
 // |v|, with NaN as +inf: never NaN, so fmaxf and the bits' order agree with it.
@@ -116,6 +232,14 @@ __global__ void __launch_bounds__(kAmaxThreads)
   }
 }
 
+// The grid of tiles of `tile` x `tile` over [rows, cols], or false where it is too large.
+bool tile_grid(std::int64_t rows, std::int64_t cols, int tile, dim3* grid) {
+  const std::int64_t tile_rows = (rows + tile - 1) / tile, tile_cols = (cols + tile - 1) / tile;
+  if (tile_rows > 65535 || tile_cols > 2147483647) return false;
+  *grid = dim3(static_cast<unsigned>(tile_cols), static_cast<unsigned>(tile_rows));
+  return true;
+}
+
 }  // namespace
 
 bool abs_max(const void* x, DType dtype, std::int64_t n, float* amax, const Kokkos::DefaultExecutionSpace& space) {
@@ -138,14 +262,19 @@ bool abs_max(const void* x, DType dtype, std::int64_t n, float* amax, const Kokk
 
 bool quantize_float8(const Tensor& x, std::int64_t rows, std::int64_t cols, const float* amax, DType format,
                      std::uint8_t* out, std::uint8_t* out_t, float* scale_inv) {
-  const std::int64_t tile_rows = (rows + kTile - 1) / kTile, tile_cols = (cols + kTile - 1) / kTile;
-  if (!cuda::available() || !x.is_contiguous() || tile_rows > 65535 || tile_cols > 2147483647) return false;
-  const dim3 grid(static_cast<unsigned>(tile_cols), static_cast<unsigned>(tile_rows));
-  const dim3 block(kTile, kTileRowsPerPass);
+  if (!cuda::available() || !x.is_contiguous()) return false;
+  const bool packed = packs_fit(x.data(), dtype_size(x.dtype()), rows, cols, out, out_t);
+  dim3 grid;
+  if (!tile_grid(rows, cols, packed ? kPackTile : kTile, &grid)) return false;
   BMT_DISPATCH_FLOAT8(format, "quantize_float8", F, {
     BMT_DISPATCH_FLOAT(x.dtype(), "quantize_float8", T, {
-      quantize_tiles<F, T><<<grid, block, 0, cuda::stream()>>>(static_cast<const T*>(x.data()), rows, cols, amax,
-                                                               out, out_t, scale_inv);
+      const T* xs = static_cast<const T*>(x.data());
+      if (packed)
+        quantize_packed_tiles<F, T><<<grid, dim3(kPacksPerRow, kPackRowsPerPass), 0, cuda::stream()>>>(
+            xs, rows, cols, amax, out, out_t, scale_inv);
+      else
+        quantize_tiles<F, T><<<grid, dim3(kTile, kTileRowsPerPass), 0, cuda::stream()>>>(xs, rows, cols, amax, out,
+                                                                                         out_t, scale_inv);
     });
   });
   cuda::check_launch();
@@ -153,11 +282,14 @@ bool quantize_float8(const Tensor& x, std::int64_t rows, std::int64_t cols, cons
 }
 
 bool transpose_float8(const std::uint8_t* in, std::int64_t rows, std::int64_t cols, std::uint8_t* out) {
-  const std::int64_t tile_rows = (rows + kTile - 1) / kTile, tile_cols = (cols + kTile - 1) / kTile;
-  if (!cuda::available() || tile_rows > 65535 || tile_cols > 2147483647) return false;
-  const dim3 grid(static_cast<unsigned>(tile_cols), static_cast<unsigned>(tile_rows));
-  const dim3 block(kTile, kTileRowsPerPass);
-  transpose_tiles<<<grid, block, 0, cuda::stream()>>>(in, rows, cols, out);
+  if (!cuda::available()) return false;
+  const bool packed = packs_fit(in, 1, rows, cols, out, out);
+  dim3 grid;
+  if (!tile_grid(rows, cols, packed ? kPackTile : kTile, &grid)) return false;
+  if (packed)
+    transpose_packed_tiles<<<grid, dim3(kPacksPerRow, kPackRowsPerPass), 0, cuda::stream()>>>(in, rows, cols, out);
+  else
+    transpose_tiles<<<grid, dim3(kTile, kTileRowsPerPass), 0, cuda::stream()>>>(in, rows, cols, out);
   cuda::check_launch();
   return true;
 }

@@ -96,29 +96,31 @@ TEST(Float8Scaling, AbsMaxAndScale) {
 // Codes in both layouts and the inverse scale, exactly as the reference computes them, for both
 // formats and three input dtypes; values read back through dequantize_float8.
 TEST(Float8Scaling, QuantizeMatchesTheReference) {
-  const std::int64_t rows = 37, cols = 24;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    for (const auto* f : {&kE4M3, &kE5M2}) {
-      const DType format = f == &kE4M3 ? DType::f8e4m3 : DType::f8e5m2;
-      const auto xs = rounded(spread_floats(rows * cols, 11, 30.0f), dt);
-      const Tensor x = Tensor::from_floats(xs, {rows, cols}, dt);
-      const Float8Reference want = float8_quantize(*f, xs);
-      const auto q = kernels::quantize_float8(x, cols, kernels::abs_max(x), format, true, true);
-      const std::string what = std::string(dtype_name(dt)) + " into " + f->name;
-      ASSERT_EQ(q.codes.dtype(), format);
-      ASSERT_EQ(q.codes.shape(), (Shape{rows, cols}));
-      ASSERT_EQ(q.transposed.shape(), (Shape{cols, rows}));
-      EXPECT_EQ(scalar(q.scale_inv), want.scale_inv) << what;
-      EXPECT_EQ(codes_of(q.codes), want.codes) << what;
-      EXPECT_EQ(codes_of(q.transposed), transpose_of(want.codes, rows, cols)) << what;
-      const auto back = kernels::dequantize_float8(q.codes, q.scale_inv, DType::f32).to_host_floats();
-      for (std::size_t i = 0; i < back.size(); ++i)
-        ASSERT_EQ(back[i], static_cast<float>(want.values[i])) << what << " element " << i;
-      // The largest magnitude lands on the format's largest value.
-      const auto codes = want.codes;
-      EXPECT_NE(std::find_if(codes.begin(), codes.end(), [&](std::uint8_t c) {
-                  return std::fabs(testing::float8_decode(*f, c)) == f->max;
-                }), codes.end()) << what;
+  // 37 x 24 in single elements; 136 x 200 in packs of 8, with partial tiles at both edges.
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{37, 24}, {136, 200}}) {
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      for (const auto* f : {&kE4M3, &kE5M2}) {
+        const DType format = f == &kE4M3 ? DType::f8e4m3 : DType::f8e5m2;
+        const auto xs = rounded(spread_floats(static_cast<std::size_t>(rows * cols), 11, 30.0f), dt);
+        const Tensor x = Tensor::from_floats(xs, {rows, cols}, dt);
+        const Float8Reference want = float8_quantize(*f, xs);
+        const auto q = kernels::quantize_float8(x, cols, kernels::abs_max(x), format, true, true);
+        const std::string what = std::string(dtype_name(dt)) + " into " + f->name;
+        ASSERT_EQ(q.codes.dtype(), format);
+        ASSERT_EQ(q.codes.shape(), (Shape{rows, cols}));
+        ASSERT_EQ(q.transposed.shape(), (Shape{cols, rows}));
+        EXPECT_EQ(scalar(q.scale_inv), want.scale_inv) << what;
+        EXPECT_EQ(codes_of(q.codes), want.codes) << what;
+        EXPECT_EQ(codes_of(q.transposed), transpose_of(want.codes, rows, cols)) << what;
+        const auto back = kernels::dequantize_float8(q.codes, q.scale_inv, DType::f32).to_host_floats();
+        for (std::size_t i = 0; i < back.size(); ++i)
+          ASSERT_EQ(back[i], static_cast<float>(want.values[i])) << what << " element " << i;
+        // The largest magnitude lands on the format's largest value.
+        const auto codes = want.codes;
+        EXPECT_NE(std::find_if(codes.begin(), codes.end(), [&](std::uint8_t c) {
+                    return std::fabs(testing::float8_decode(*f, c)) == f->max;
+                  }), codes.end()) << what;
+      }
     }
   }
   // One layout only; and a given amax (a group's), larger than the tensor's own.
@@ -384,18 +386,70 @@ TEST(Float8Linear, OutputsOnDemandGiveTheSameValuesAndGradients) {
   for (std::size_t i = 1; i < plain.size(); ++i) EXPECT_EQ(unread[i], plain[i]) << "gradient " << i;
 }
 
+// Every rounding case of the scaled cast against the reference, at scale 1 (amax the format's
+// largest value): each finite code's value, the midpoints between neighbouring codes (a tie goes
+// to the even code) and the floats either side of them, values beyond the largest (saturated),
+// infinities (saturated too), NaN, and float subnormals, all of both signs. Two shapes: one the CUDA
+// build casts in packs of 8 (both dimensions multiples of 8, partial 64 x 64 tiles at the edges),
+// one in single elements.
+TEST(Float8Scaling, QuantizeRoundsEveryCaseAsTheReference) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const auto* f : {&kE4M3, &kE5M2}) {
+    const DType format = f == &kE4M3 ? DType::f8e4m3 : DType::f8e5m2;
+    std::vector<float> cases;
+    const auto codes = testing::float8_finite_positive_codes(*f);
+    for (std::size_t i = 0; i < codes.size(); ++i) {
+      const auto v = static_cast<float>(testing::float8_decode(*f, codes[i]));
+      cases.push_back(v);
+      if (i + 1 == codes.size()) break;
+      const auto mid = static_cast<float>((v + testing::float8_decode(*f, codes[i + 1])) / 2);  // exact
+      cases.insert(cases.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, inf)});
+    }
+    cases.insert(cases.end(), {std::nextafter(f->max, inf), f->max * 1.0625f, f->max * 1.25f, FLT_MAX, inf, nan,
+                               FLT_MIN, 1e-40f, 0.0f});
+    const std::size_t positive = cases.size();
+    for (std::size_t i = 0; i < positive; ++i) cases.push_back(-cases[i]);
+    for (const std::int64_t cols : {std::int64_t{72}, std::int64_t{7}}) {
+      const std::int64_t rows = ((static_cast<std::int64_t>(cases.size()) + cols - 1) / cols + 7) / 8 * 8;
+      std::vector<float> xs(cases);
+      xs.resize(static_cast<std::size_t>(rows * cols), 0.0f);
+      const Tensor x = Tensor::from_floats(xs, {rows, cols});
+      const auto q = kernels::quantize_float8(x, cols, Tensor::from_floats({f->max}, {}), format, true, true);
+      ASSERT_EQ(scalar(q.scale_inv), 1.0f);
+      const auto got = codes_of(q.codes), got_t = codes_of(q.transposed);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          const std::string what = std::string(f->name) + " of " + std::to_string(xs[i]) + " (" +
+                                   std::to_string(cols) + " columns)";
+          ASSERT_EQ(got_t[static_cast<std::size_t>(c * rows + r)], got[i]) << what;
+          if (std::isnan(xs[i]))
+            ASSERT_TRUE(std::isnan(testing::float8_decode(*f, got[i]))) << what;
+          else
+            ASSERT_EQ(got[i], testing::float8_encode(*f, xs[i])) << what;
+        }
+      }
+    }
+  }
+}
+
 // Codes transposed: element (r, c) of the input is element (c, r) of the output.
 TEST(Float8Scaling, TransposesCodes) {
-  const auto v = spread_floats(7 * 13, 95, 3.0f);
-  const Tensor x = Tensor::from_floats(v, {7, 13});
-  const kernels::Float8Matrix q = kernels::quantize_float8(x, 13, kernels::abs_max(x), DType::f8e4m3, true, true);
-  const Tensor t = kernels::transpose_float8(q.codes);
-  ASSERT_EQ(t.shape(), (Shape{13, 7}));
-  ASSERT_EQ(t.dtype(), DType::f8e4m3);
-  EXPECT_EQ(codes_of(t), codes_of(q.transposed));
-  const auto c = codes_of(q.codes), ct = codes_of(t);
-  for (std::size_t r = 0; r < 7; ++r)
-    for (std::size_t k = 0; k < 13; ++k) ASSERT_EQ(ct[k * 7 + r], c[r * 13 + k]) << r << "," << k;
+  // 7 x 13 in single codes; 136 x 200 in packs of 8 (the CUDA build's), partial tiles at the edges.
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{7, 13}, {136, 200}}) {
+    const auto v = spread_floats(static_cast<std::size_t>(rows * cols), 95, 3.0f);
+    const Tensor x = Tensor::from_floats(v, {rows, cols});
+    const kernels::Float8Matrix q = kernels::quantize_float8(x, cols, kernels::abs_max(x), DType::f8e4m3, true, true);
+    const Tensor t = kernels::transpose_float8(q.codes);
+    ASSERT_EQ(t.shape(), (Shape{cols, rows}));
+    ASSERT_EQ(t.dtype(), DType::f8e4m3);
+    EXPECT_EQ(codes_of(t), codes_of(q.transposed));
+    const auto c = codes_of(q.codes), ct = codes_of(t);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t k = 0; k < cols; ++k)
+        ASSERT_EQ(ct[static_cast<std::size_t>(k * rows + r)], c[static_cast<std::size_t>(r * cols + k)]) << r << "," << k;
+  }
+  const Tensor x = Tensor::from_floats(spread_floats(6, 95, 3.0f), {2, 3});
   EXPECT_THAT([&] { kernels::transpose_float8(x); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("expected contiguous f8e4m3 or f8e5m2 codes")));
 }
