@@ -2,8 +2,8 @@
 // The kernel seam of the float8 kernels (docs/ARCHITECTURE.md, "Backend seams"): float8.cpp offers
 // each absolute maximum, scaled cast and transpose of codes here first. On the CUDA build
 // float8_cuda.cpp takes contiguous f32/bf16/f16 inputs: the absolute maximum as a block reduction,
-// the cast (the transposed layout through shared-memory tiles, so that both layouts are written a
-// row at a time) and the transpose of codes through the same tiles; the host build's
+// the cast (packs of 8 elements through shared-memory tiles, so that both layouts are written in
+// whole rows) and the transpose of codes through the same tiles; the host build's
 // float8_host.cpp declines. Both give the values float8.hpp defines, so the two paths agree bit
 // for bit.
 #include <cstdint>
