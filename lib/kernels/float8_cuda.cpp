@@ -153,7 +153,9 @@ __global__ void __launch_bounds__(kPacksPerRow * kPackRowsPerPass)
                           std::uint8_t* __restrict__ out, std::uint8_t* __restrict__ out_t, float* scale_inv) {
   __shared__ alignas(16) PackTile tile;
   const float scale = float8_scale(amax[0], F::max());
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kPackTile;
+  // Bands of rows from the last: the absolute maximum just read x from first to last, so its
+  // last rows are the likeliest still to be in L2.
+  const std::int64_t r0 = static_cast<std::int64_t>(gridDim.y - 1 - blockIdx.y) * kPackTile;
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kPackTile;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) scale_inv[0] = 1.0f / scale;
