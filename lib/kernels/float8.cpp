@@ -1,19 +1,18 @@
-// Float8 scaling kernels: the tensor's absolute maximum, the scaled cast into one or both layouts,
-// its inverse, and unscaled casts. Portable Kokkos; on CUDA the absolute maximum and the scaled
-// cast are first offered to float8_cuda.cpp (float8_seam.hpp), which must produce the same values.
+// Float8 scaling kernels: the tensor's absolute maximum (abs_max_on's, on the compute stream), the
+// scaled cast into one or both layouts, its inverse, and unscaled casts. Portable Kokkos; on CUDA
+// the absolute maximum and the scaled cast are first offered to float8_cuda.cpp (float8_seam.hpp),
+// which must produce the same values.
 #include "bmtrain/kernels/float8.hpp"
 
 #include "bmtrain/kernels/basic.hpp"
 #include "bmtrain/kernels/common.hpp"
-#include "bmtrain/kernels/math.hpp"
+#include "bmtrain/kernels/gather_packing.hpp"
 #include "float8_seam.hpp"
 #include "index_math.hpp"
 
 namespace bmt::kernels {
 
 namespace {
-
-using ScalarF32 = Kokkos::View<float, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 void require_floating(const Tensor& x, const char* op) {
   BMT_REQUIRE(x.defined() && is_floating(x.dtype()), op << ": expected an f32, bf16 or f16 tensor, found "
@@ -26,17 +25,6 @@ void require_scalar_f32(const Tensor& t, const char* op, const char* what) {
   BMT_REQUIRE(t.defined() && t.dtype() == DType::f32 && t.numel() == 1,
               op << ": expected " << what << " as one f32, found "
                  << (t.defined() ? std::string(dtype_name(t.dtype())) + " " + to_string(t.shape()) : "none"));
-}
-
-template <class T>
-void abs_max_kernel(const T* x, std::int64_t n, float* out) {
-  Kokkos::parallel_reduce(
-      "bmt::abs_max", flat_range(n),
-      KOKKOS_LAMBDA(std::int64_t i, float& m) {
-        const float a = kmath::abs(to_f32(x[i]));
-        if (!(a <= m)) m = a == a ? a : bmt::detail::bits_float(0x7f800000u);  // NaN as inf
-      },
-      Kokkos::Max<float, MemSpace>(ScalarF32(out)));
 }
 
 template <class F, class T>
@@ -67,9 +55,7 @@ Tensor abs_max(const Tensor& x) {
     fill_(out, 0.0f);
     return out;
   }
-  if (seam::abs_max(x.data(), x.dtype(), x.numel(), out.data_as<float>(), space())) return out;
-  BMT_DISPATCH_FLOAT(x.dtype(), "abs_max", T,
-                     { abs_max_kernel<T>(x.data_as<T>(), x.numel(), out.data_as<float>()); });
+  abs_max_on(space(), x.data(), x.dtype(), x.numel(), out.data_as<float>());
   return out;
 }
 

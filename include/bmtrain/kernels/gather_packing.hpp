@@ -21,7 +21,8 @@ void convert_on(const Kokkos::DefaultExecutionSpace& space, const void* src, DTy
 // out[i] = 0 for i < count.
 void zero_on(const Kokkos::DefaultExecutionSpace& space, float* out, std::int64_t count);
 
-// *out = max |x[i]| over i < n (x f32/bf16/f16; n > 0), NaN counted as infinite, as abs_max().
+// *out = max |x[i]| over i < n (x f32/bf16/f16; n > 0), NaN counted as infinite: abs_max()'s
+// kernel, which runs it on the compute stream.
 void abs_max_on(const Kokkos::DefaultExecutionSpace& space, const void* x, DType dtype, std::int64_t n, float* out);
 
 // codes[i] = x[i] scaled by float8_scale(*amax, e4m3's max) and rounded to e4m3, for i < n: the
