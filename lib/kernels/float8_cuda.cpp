@@ -18,6 +18,9 @@
 // (nearest even, saturating to the largest finite value), except that the hardware writes one NaN
 // code whatever the sign, so a NaN takes float8.hpp's code instead.
 //
+// A ZeRO gather's cast of a piece of a shard (flat, under the group's amax): packs of 8 elements a
+// thread where the pointers allow, with the same rounding.
+//
 // The transpose of codes already made (a gathered weight's, for the backward product): the cast's
 // tiles without the cast.
 #include <cuda_fp8.h>
@@ -234,6 +237,31 @@ __global__ void __launch_bounds__(kAmaxThreads)
   }
 }
 
+// A gather's piece cast to e4m3 codes, grid-stride: elements [head, head + 8 packs) in packs of 8
+// a thread, the others one at a time (a piece is a flat run of a shard, of any length and offset;
+// head < 0: no packs).
+template <class T>
+__global__ void __launch_bounds__(kAmaxThreads)
+    quantize_e4m3_flat(const T* __restrict__ x, std::int64_t n, const float* amax, std::uint8_t* __restrict__ codes,
+                       std::int64_t head) {
+  const float scale = float8_scale(amax[0], f8e4m3_t::max());
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kAmaxThreads;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kAmaxThreads + threadIdx.x;
+  const std::int64_t packs = head < 0 ? 0 : (n - head) / kPack;
+  for (std::int64_t p = first; p < packs; p += stride) {
+    float v[kPack];
+    cuda::load<kPack>(x + head + p * kPack, v);
+    *reinterpret_cast<uint2*>(codes + head + p * kPack) = float8_pack<f8e4m3_t>(v, scale);
+  }
+  const std::int64_t before = packs > 0 ? head : 0, after = before + packs * kPack;
+  for (std::int64_t i = first; i < before + (n - after); i += stride) {
+    const std::int64_t at = i < before ? i : after + (i - before);
+    float v[1];
+    cuda::load<1>(x + at, v);
+    codes[at] = f8e4m3_t::from_float(v[0] * scale);
+  }
+}
+
 // The grid of tiles of `tile` x `tile` over [rows, cols], or false where it is too large.
 bool tile_grid(std::int64_t rows, std::int64_t cols, int tile, dim3* grid) {
   const std::int64_t tile_rows = (rows + tile - 1) / tile, tile_cols = (cols + tile - 1) / tile;
@@ -278,6 +306,29 @@ bool quantize_float8(const Tensor& x, std::int64_t rows, std::int64_t cols, cons
         quantize_tiles<F, T><<<grid, dim3(kTile, kTileRowsPerPass), 0, cuda::stream()>>>(xs, rows, cols, amax, out,
                                                                                          out_t, scale_inv);
     });
+  });
+  cuda::check_launch();
+  return true;
+}
+
+bool quantize_e4m3(const void* x, DType dtype, std::int64_t n, const float* amax, std::uint8_t* codes,
+                   const Kokkos::DefaultExecutionSpace& space) {
+  if (!cuda::available() || n <= 0 || !is_floating(dtype)) return false;
+  // The first element from which both the input's packs (16 bytes, or 8 elements) and the codes'
+  // (8 bytes) are aligned, if any within a pack.
+  const std::size_t bytes = dtype_size(dtype), x_align = std::min<std::size_t>(16, kPack * bytes);
+  std::int64_t head = -1;
+  for (std::int64_t h = 0; h < kPack && h < n && head < 0; ++h)
+    if ((reinterpret_cast<std::uintptr_t>(x) + h * bytes) % x_align == 0 &&
+        (reinterpret_cast<std::uintptr_t>(codes) + h) % kPack == 0)
+      head = h;
+  // A few packs a thread before a block is worth it; a few blocks a multiprocessor at most.
+  const std::int64_t per_block = static_cast<std::int64_t>(kAmaxThreads) * kPack * 4;
+  const std::int64_t blocks =
+      std::min<std::int64_t>((n + per_block - 1) / per_block, 4 * static_cast<std::int64_t>(cuda::sm_count()));
+  BMT_DISPATCH_FLOAT(dtype, "quantize_e4m3", T, {
+    quantize_e4m3_flat<T><<<static_cast<unsigned>(blocks), kAmaxThreads, 0, space.cuda_stream()>>>(
+        static_cast<const T*>(x), n, amax, codes, head);
   });
   cuda::check_launch();
   return true;

@@ -11,6 +11,10 @@ bool quantize_float8(const Tensor&, std::int64_t, std::int64_t, const float*, DT
   return false;
 }
 
+bool quantize_e4m3(const void*, DType, std::int64_t, const float*, std::uint8_t*, const Kokkos::DefaultExecutionSpace&) {
+  return false;
+}
+
 bool transpose_float8(const std::uint8_t*, std::int64_t, std::int64_t, std::uint8_t*) { return false; }
 
 }  // namespace bmt::kernels::seam

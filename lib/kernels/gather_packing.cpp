@@ -1,5 +1,6 @@
 // The gather stream's kernels (kernels/gather_packing.hpp): portable Kokkos on the stream's space;
-// on CUDA the absolute maximum is float8_cuda.cpp's reduction (float8_seam.hpp) on that stream.
+// on CUDA the absolute maximum and the float8 cast are float8_cuda.cpp's (float8_seam.hpp) on that
+// stream.
 // The float8 cast is float8.hpp's scale and rounding, the same floats quantize_float8 computes, so
 // a weight quantized piece by piece under its whole amax has the codes it has quantized whole.
 #include "bmtrain/kernels/gather_packing.hpp"
@@ -56,6 +57,7 @@ void abs_max_on(const ExecSpace& space, const void* x, DType dtype, std::int64_t
 void quantize_e4m3_on(const ExecSpace& space, const void* x, DType dtype, std::int64_t n, const float* amax,
                       std::uint8_t* codes) {
   if (n <= 0) return;
+  if (seam::quantize_e4m3(x, dtype, n, amax, codes, space)) return;  // CUDA's packs, on the same stream
   BMT_DISPATCH_FLOAT(dtype, "quantize_e4m3_on", T, {
     const T* p = static_cast<const T*>(x);
     Kokkos::parallel_for("bmt::gather_quantize", Range(space, 0, n), KOKKOS_LAMBDA(std::int64_t i) {
