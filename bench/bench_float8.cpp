@@ -5,7 +5,8 @@
 // Counters are rates: TFLOP=x/s (2 m n k per product) and GB=x/s.
 // Gemm: C [m, n] bf16 = A [m, k] B^T with B [n, k] (a Linear layer's forward: W read through its
 // transpose), as the GEMM alone: kernels::gemm_float8 on e4m3 operands with per-tensor scales
-// (cuBLASLt's FP8 matmul on an H200) against kernels::gemm on bf16. On a GPU m = 8192 tokens and
+// (cuBLASLt's FP8 matmul on an H200), with and without fast accumulation, against kernels::gemm on
+// bf16. On a GPU m = 8192 tokens and
 // (k, n) every pair of the 6.65B GPT-2 shape's and Llama 3 8B's block widths (4096, 14336, 16384);
 // a small product on the host, where the FP8 GEMM is the f32 product of widened codes.
 // LinearForwardBackward: float8_linear against linear, forward and both gradients (3 products),
@@ -37,10 +38,10 @@ void report_flops(benchmark::State& state, double flops_per_iter, const std::str
   state.SetLabel(label);
 }
 
-// m, k, n, and 1 for e4m3 operands, 0 for bf16.
+// m, k, n, and 0 for bf16, 1 for e4m3 operands, 2 for e4m3 with fast accumulation.
 void BM_Gemm(benchmark::State& state) {
   const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  const bool fp8 = state.range(3) != 0;
+  const bool fp8 = state.range(3) != 0, fast = state.range(3) == 2;
   const Tensor a = random_tensor({m, k}, DType::bf16, 1), b = random_tensor({n, k}, DType::bf16, 2);
   const Tensor c = Tensor::empty({m, n}, DType::bf16);
   kernels::Float8Matrix qa, qb;
@@ -53,6 +54,7 @@ void BM_Gemm(benchmark::State& state) {
     f.a = qa.codes.data(), f.a_scale = qa.scale_inv.data_as<float>();
     f.b = qb.codes.data(), f.b_scale = qb.scale_inv.data_as<float>();
     f.c = c.data(), f.c_dtype = DType::bf16, f.ldc = n;
+    f.fast_accumulation = fast;
   } else {
     g.dtype = DType::bf16;
     g.m = m, g.n = n, g.k = k;
@@ -68,7 +70,7 @@ void BM_Gemm(benchmark::State& state) {
     run();
     sync();
   }
-  report_flops(state, 2.0 * m * n * k, fp8 ? "e4m3 x e4m3 -> bf16" : "bf16");
+  report_flops(state, 2.0 * m * n * k, fast ? "e4m3 x e4m3 -> bf16, fast accumulation" : fp8 ? "e4m3 x e4m3 -> bf16" : "bf16");
 }
 
 // m, k, n, and 1 for float8_linear, 0 for linear, in bf16.
@@ -111,18 +113,22 @@ void BM_Quantize(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);
 }
 
-// m, k, n, fp8 for every (k, n) pair of the block widths; one small product on the host.
-void block_shapes(benchmark::internal::Benchmark* b) {
+// m, k, n, and each of `formats` for every (k, n) pair of the block widths; one small product on
+// the host.
+void block_shapes_of(benchmark::internal::Benchmark* b, const std::vector<std::int64_t>& formats) {
   if (memory::is_host()) {
-    for (std::int64_t fp8 : {0, 1}) b->Args({256, 256, 512, fp8});
+    for (std::int64_t f : formats) b->Args({256, 256, 512, f});
   } else {
     const std::vector<std::pair<std::int64_t, std::int64_t>> kn = {
         {4096, 4096}, {4096, 16384}, {16384, 4096}, {4096, 14336}, {14336, 4096}};
     for (const auto& [k, n] : kn)
-      for (std::int64_t fp8 : {0, 1}) b->Args({8192, k, n, fp8});
+      for (std::int64_t f : formats) b->Args({8192, k, n, f});
   }
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
+
+void block_shapes(benchmark::internal::Benchmark* b) { block_shapes_of(b, {0, 1}); }
+void gemm_shapes(benchmark::internal::Benchmark* b) { block_shapes_of(b, {0, 1, 2}); }
 
 void quantize_shapes(benchmark::internal::Benchmark* b) {
   if (memory::is_host()) b->Args({256, 256});
@@ -130,7 +136,7 @@ void quantize_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
-BENCHMARK(BM_Gemm)->Apply(block_shapes);
+BENCHMARK(BM_Gemm)->Apply(gemm_shapes);
 BENCHMARK(BM_LinearForwardBackward)->Apply(block_shapes);
 BENCHMARK(BM_Quantize)->Apply(quantize_shapes);
 

@@ -100,12 +100,12 @@ static_assert(sizeof(PlanKey) == 24 * sizeof(std::int64_t), "PlanKey must have n
 
 // Everything that selects an FP8 plan; all 64-bit, so it compares and hashes as bytes.
 struct Float8Key {
-  std::int64_t m, n, k, ldc, a_dtype, b_dtype, c_dtype, accumulate, bias;
+  std::int64_t m, n, k, ldc, a_dtype, b_dtype, c_dtype, accumulate, bias, fast_accumulation;
   std::int64_t align_a, align_b, align_c, align_bias;
 
   bool operator==(const Float8Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
-static_assert(sizeof(Float8Key) == 13 * sizeof(std::int64_t), "Float8Key must have no padding");
+static_assert(sizeof(Float8Key) == 14 * sizeof(std::int64_t), "Float8Key must have no padding");
 
 template <class Key>
 struct BytesHash {
@@ -352,6 +352,7 @@ class LtSession {
     key.c_dtype = static_cast<std::int64_t>(p.c_dtype);
     key.accumulate = p.accumulate;
     key.bias = p.bias != nullptr;
+    key.fast_accumulation = p.fast_accumulation;
     key.align_a = alignment(p.a);
     key.align_b = alignment(p.b);
     key.align_c = alignment(p.c);
@@ -364,7 +365,7 @@ class LtSession {
     std::ostringstream os;
     os << "m=" << p.m << " n=" << p.n << " k=" << p.k << " ldc=" << p.ldc << ", " << dtype_name(p.a_dtype) << " x "
        << dtype_name(p.b_dtype) << " -> " << dtype_name(p.c_dtype) << (p.accumulate ? " added" : "")
-       << (p.bias ? " with bias" : "") << ", alignments a " << alignment(p.a) << " b " << alignment(p.b) << " c "
+       << (p.bias ? " with bias" : "") << (p.fast_accumulation ? ", fast accumulation" : "") << ", alignments a " << alignment(p.a) << " b " << alignment(p.b) << " c "
        << alignment(p.c) << " scales " << alignment(p.a_scale) << " " << alignment(p.b_scale);
     if (p.bias) os << " bias " << alignment(p.bias);
     return os.str();
@@ -396,7 +397,7 @@ class LtSession {
                                                     sizeof op_first));
     BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                     sizeof op_second));
-    const std::int8_t fast_accumulation = 0;
+    const std::int8_t fast_accumulation = key.fast_accumulation ? 1 : 0;
     BMT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
                                                     sizeof fast_accumulation));
     if (key.bias) {  // along each row-major row of C, in C's dtype (bf16/f16)

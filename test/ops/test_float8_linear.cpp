@@ -156,18 +156,21 @@ TEST(Float8Scaling, CastsToAndFromFloat8) {
 
 // The FP8 GEMM against the double product of the decoded codes times the scales: products are
 // exact in f32, so only the sums (kAccumulation) and C's rounding differ. Accumulation into C, a
-// bias, both operand mixes, bf16/f32/f16 C, and a k that is not a multiple of 16.
+// bias, both operand mixes, bf16/f32/f16 C, a k that is not a multiple of 16, and fast
+// accumulation, whose sums may each lose 2^-14 of the sum so far at every one of their k additions.
 TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
   struct Case {
     std::int64_t m, n, k;
     DType a, b, c;
-    bool accumulate, bias;
+    bool accumulate, bias, fast = false;
   };
   const Case cases[] = {{16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, false},
                         {16, 32, 48, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, true},
                         {33, 17, 64, DType::f8e5m2, DType::f8e4m3, DType::f32, true, false},
                         {8, 24, 19, DType::f8e4m3, DType::f8e5m2, DType::f32, false, false},
-                        {5, 3, 7, DType::f8e4m3, DType::f8e4m3, DType::f16, true, true}};
+                        {5, 3, 7, DType::f8e4m3, DType::f8e4m3, DType::f16, true, true},
+                        {32, 64, 512, DType::f8e4m3, DType::f8e4m3, DType::bf16, false, false, true},
+                        {32, 64, 512, DType::f8e5m2, DType::f8e4m3, DType::bf16, true, true, true}};
   std::uint32_t seed = 40;
   for (const auto& c : cases) {
     const auto& fa = c.a == DType::f8e4m3 ? kE4M3 : kE5M2;
@@ -187,6 +190,7 @@ TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
     p.a = qa_t.codes.data(), p.a_dtype = c.a, p.a_scale = qa_t.scale_inv.data_as<float>();
     p.b = qb_t.codes.data(), p.b_dtype = c.b, p.b_scale = qb_t.scale_inv.data_as<float>();
     p.c = out.data(), p.c_dtype = c.c, p.ldc = c.n, p.accumulate = c.accumulate;
+    p.fast_accumulation = c.fast;
     const auto bias_values = rounded(random_floats(c.n, seed++), c.c);
     const Tensor bias = Tensor::from_floats(bias_values, {c.n}, c.c);
     if (c.bias) p.bias = bias.data();
@@ -199,8 +203,10 @@ TEST(Float8Gemm, MatchesTheProductOfTheScaledCodes) {
       const double b = c.bias ? bias_values[i % static_cast<std::size_t>(c.n)] : 0.0;
       const double w = want[i] + (c.accumulate ? c0[i] : 0.0) + b;
       // cuBLASLt's bias epilogue may round the product before adding the bias: a second rounding.
-      const double tol = kAccumulation * (abs_sum[i] + std::fabs(w)) + unit * (std::fabs(w) + std::fabs(w - b)) + 1e-30;
-      ASSERT_NEAR(got[i], w, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << " element " << i;
+      const double sums = c.fast ? static_cast<double>(c.k) * 0x1p-14 : kAccumulation;
+      const double tol = sums * (abs_sum[i] + std::fabs(w)) + unit * (std::fabs(w) + std::fabs(w - b)) + 1e-30;
+      ASSERT_NEAR(got[i], w, tol) << "m=" << c.m << " n=" << c.n << " k=" << c.k << (c.fast ? " fast" : "")
+                                  << " element " << i;
     }
   }
   kernels::Float8GemmParams both_e5m2;

@@ -83,6 +83,12 @@ struct Float8GemmParams {
   std::int64_t ldc = 0;
   bool accumulate = false;
   const void* bias = nullptr;
+  // On FP8 tensor cores, keep the whole sum in the tensor cores' accumulator (about 14 bits of
+  // mantissa) instead of moving it to f32 every few steps of k: faster, and less accurate by up to
+  // k additions of that precision (cuBLASLt's FAST_ACCUM; torchao and Transformer Engine use it for
+  // the forward product). The products through f32 (the host's, and CUDA's fallback) are the same
+  // either way.
+  bool fast_accumulation = false;
 };
 
 void gemm_float8(const Float8GemmParams& p);
