@@ -13,11 +13,12 @@
 // FP8 products (gemm_float8) are cuBLASLt's FP8 matmul: e4m3/e5m2 operands with the reduced
 // dimension contiguous in both (in cuBLASLt's column-major terms its first operand transposed,
 // its second not: "TN", the only FP8 layout on Hopper), each dequantized by its scale pointer,
-// f32 accumulation, a bf16/f16/f32 D. Fast accumulation is left off: the tensor cores' partial
-// sums are then promoted to f32 as the product goes along the reduced dimension, rather than kept
-// at their own precision to the end. Problems it has no kernel for (k or n not a multiple of 16, rows of
-// C or operands not 16-byte aligned, a device without FP8) take the widened f32 product, as does a
-// problem cuBLASLt declines at the call (with a warning, once).
+// f32 accumulation, a bf16/f16/f32 D. Fast accumulation is off unless a product asks for it: the
+// tensor cores' partial sums are then promoted to f32 as the product goes along the reduced
+// dimension, rather than kept at their own precision to the end. Problems it has
+// no kernel for (k or n not a multiple of 16, rows of C or operands not 16-byte aligned, a device
+// without FP8) take the widened f32 product, as does a problem cuBLASLt declines at the call (with a
+// warning, once).
 //
 // BMT_GEMM_AUTOTUNE=1: a large problem's first call times cuBLASLt's top candidates on its own
 // operands and keeps the fastest, instead of taking the heuristic's first (slower at some of
@@ -365,8 +366,9 @@ class LtSession {
     std::ostringstream os;
     os << "m=" << p.m << " n=" << p.n << " k=" << p.k << " ldc=" << p.ldc << ", " << dtype_name(p.a_dtype) << " x "
        << dtype_name(p.b_dtype) << " -> " << dtype_name(p.c_dtype) << (p.accumulate ? " added" : "")
-       << (p.bias ? " with bias" : "") << (p.fast_accumulation ? ", fast accumulation" : "") << ", alignments a " << alignment(p.a) << " b " << alignment(p.b) << " c "
-       << alignment(p.c) << " scales " << alignment(p.a_scale) << " " << alignment(p.b_scale);
+       << (p.bias ? " with bias" : "") << (p.fast_accumulation ? ", fast accumulation" : "") << ", alignments a "
+       << alignment(p.a) << " b " << alignment(p.b) << " c " << alignment(p.c) << " scales " << alignment(p.a_scale)
+       << " " << alignment(p.b_scale);
     if (p.bias) os << " bias " << alignment(p.bias);
     return os.str();
   }
@@ -387,8 +389,8 @@ class LtSession {
   // row-major [n, k] (our B, cuBLASLt's A, transposed) and [m, k] (our A, cuBLASLt's B).
   std::unique_ptr<Plan> make_float8_plan(const Float8Key& key) {
     const std::int64_t c_bytes = static_cast<std::int64_t>(dtype_size(static_cast<DType>(key.c_dtype)));
-    if (key.k % 16 != 0 || key.n % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || (key.ldc * c_bytes) % 16 != 0 ||
-        (key.bias && key.align_bias < 16))
+    if (key.k % 16 != 0 || key.n % 16 != 0 || key.align_a < 16 || key.align_b < 16 || key.align_c < 16 ||
+        (key.ldc * c_bytes) % 16 != 0 || (key.bias && key.align_bias < 16))
       return nullptr;
     auto plan = std::make_unique<Plan>();
     BMT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));

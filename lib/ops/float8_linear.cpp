@@ -45,6 +45,12 @@ void float8_product(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
   kernels::gemm_float8(p);
 }
 
+// x's codes under current scaling: its own absolute maximum now, in `format`, in the layouts asked.
+kernels::Float8Matrix current_codes(const Tensor& x, std::int64_t cols, DType format, bool row_major,
+                                    bool transposed) {
+  return kernels::quantize_float8(x, cols, kernels::abs_max(x), format, row_major, transposed);
+}
+
 // A DeferrableFunction: prepare quantizes (backward needs the transposed codes), write runs the
 // forward GEMM, so that in a block's recompute a product whose output nobody reads is never made.
 class Float8Linear final : public autograd::DeferrableFunction {
@@ -86,7 +92,7 @@ class Float8Linear final : public autograd::DeferrableFunction {
     Float8SharedInputs* shared = Float8SharedInputs::current();
     const kernels::Float8Matrix qx =
         shared ? shared->quantize(xc, in_, keep && w.requires_grad())
-               : kernels::quantize_float8(xc, in_, kernels::abs_max(xc), DType::f8e4m3, true, keep && w.requires_grad());
+               : current_codes(xc, in_, DType::f8e4m3, true, keep && w.requires_grad());
     x_codes_ = qx.codes;
     x_scale_inv_ = qx.scale_inv;
     if (keep) x_t_ = qx.transposed;
@@ -100,7 +106,7 @@ class Float8Linear final : public autograd::DeferrableFunction {
       return {y};
     }
     const Tensor wc = contiguous(w.detach());
-    const kernels::Float8Matrix qw = kernels::quantize_float8(wc, in_, kernels::abs_max(wc), DType::f8e4m3, true,
+    const kernels::Float8Matrix qw = current_codes(wc, in_, DType::f8e4m3, true,
                                                               keep && x.requires_grad());
     w_codes_ = qw.codes;
     w_scale_inv_ = qw.scale_inv;
@@ -136,8 +142,7 @@ class Float8Linear final : public autograd::DeferrableFunction {
       if (want_dx) dx = Tensor::zeros(x_shape_, dtype);
       if (want_dw) dw = Tensor::zeros({out_, in_}, dtype);
     } else if (want_dx || want_dw) {
-      const kernels::Float8Matrix qg =
-          kernels::quantize_float8(g, out_, kernels::abs_max(g), DType::f8e5m2, want_dx, want_dw);
+      const kernels::Float8Matrix qg = current_codes(g, out_, DType::f8e5m2, want_dx, want_dw);
       if (want_dx) {
         // Added (accumulate) into the gradient x's other consumers already gave it, when there is one.
         const Tensor partial = partial_gradient(0);
@@ -221,7 +226,7 @@ kernels::Float8Matrix Float8SharedInputs::quantize(const Tensor& x, std::int64_t
   const auto it = std::find_if(entries_.begin(), entries_.end(), same);
   if (it != entries_.end() && (it->codes.transposed.defined() || !transposed)) return it->codes;
   // New, or made without the transposed codes this product's backward needs: made (again) whole.
-  const kernels::Float8Matrix q = kernels::quantize_float8(x, cols, kernels::abs_max(x), DType::f8e4m3, true, transposed);
+  const kernels::Float8Matrix q = current_codes(x, cols, DType::f8e4m3, true, transposed);
   if (it != entries_.end())
     it->codes = q;
   else
