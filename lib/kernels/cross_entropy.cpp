@@ -145,6 +145,49 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
   });
 }
 
+void count_targets(const Tensor& targets, std::int64_t vocab, std::int64_t ignore_index, const Tensor& count) {
+  const char* op = "count_targets";
+  BMT_REQUIRE(targets.defined() && targets.is_contiguous(), op << ": expected contiguous targets");
+  check_scalar(count, "count", op);
+  const std::int64_t N = targets.numel();
+  float* countp = view1<float>(count, op).data();
+  BMT_DISPATCH_INDEX(targets.dtype(), op, I, {
+    const I* tp = targets.data_as<I>();
+    // One team sums the rows' 1/0 in a fixed order, as the forward's mean does.
+    Kokkos::parallel_for(
+        "bmt::count_targets", TeamPolicy(space(), 1, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+          const float n = team_sum(team, N, [&](std::int64_t r) {
+            const std::int64_t t = static_cast<std::int64_t>(tp[r]);
+            return t >= 0 && t < vocab && t != ignore_index ? 1.0f : 0.0f;
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { countp[0] = n; });
+        });
+  });
+}
+
+void scale_by_grad_loss(const Tensor& grad, const Tensor& grad_loss, const Tensor& out, bool accumulate) {
+  const char* op = "scale_by_grad_loss";
+  BMT_REQUIRE(grad.defined() && grad.dtype() == DType::f32 && grad.is_contiguous(),
+              op << ": expected a contiguous f32 gradient, found "
+                 << (grad.defined() ? dtype_name(grad.dtype()) + std::string(" ") + to_string(grad.shape()) : "none"));
+  BMT_REQUIRE(out.defined() && out.is_contiguous() && out.numel() == grad.numel(),
+              op << ": expected a contiguous output of " << grad.numel() << " elements, found "
+                 << (out.defined() ? to_string(out.shape()) : "none"));
+  check_scalar(grad_loss, "grad_loss", op);
+  const std::int64_t n = grad.numel();
+  if (n == 0) return;
+  const float* gp = grad.data_as<float>();
+  const float* sp = grad_loss.data_as<float>();
+  BMT_DISPATCH_FLOAT(out.dtype(), op, T, {
+    T* outp = out.data_as<T>();
+    Kokkos::parallel_for(
+        "bmt::scale_by_grad_loss", Kokkos::RangePolicy<ExecSpace>(space(), 0, n), KOKKOS_LAMBDA(std::int64_t i) {
+          const float v = sp[0] * gp[i];
+          outp[i] = from_f32<T>(accumulate ? to_f32(outp[i]) + v : v);
+        });
+  });
+}
+
 void cross_entropy_combine(const Tensor& parts, const Tensor& loss, const Tensor& count) {
   const char* op = "cross_entropy_combine";
   BMT_REQUIRE(parts.defined() && parts.dim() == 2 && parts.size(1) == 2 && parts.dtype() == DType::f32 &&

@@ -53,7 +53,11 @@ ActivationSizes activation_sizes(const ModelConfig& c, const CausalLMOptions& op
   // An FP8 backward product's transients, the MLP's the largest: its output gradient's codes in
   // both layouts and its weight's codes transposed.
   s.backward_transient = options.fp8 ? (2 * N + C) * F / tp : 0.0;
-  s.fixed = s.logits + outside * N * e * C + 2 * s.kept_block + s.backward_transient;
+  // The loss in chunks makes the head's gradients in its forward (in f32), beside its chunk of
+  // logits, unless in f16 (ops/linear_cross_entropy.hpp).
+  const bool chunked_loss = options.loss_chunk_rows > 0 || tp_size() > 1;
+  if (chunked_loss && c.dtype != DType::f16) s.head_gradients = 4 * C * (static_cast<double>(c.vocab) / tp + N);
+  s.fixed = s.logits + outside * N * e * C + 2 * s.kept_block + s.backward_transient + s.head_gradients;
   return s;
 }
 

@@ -114,16 +114,21 @@ TEST(ActivationSizes, AreWhatAForwardKeeps) {
       EXPECT_NEAR(kept, s.kept_block, 0.05 * s.kept_block) << what;
       EXPECT_NEAR((attention - none) / kLayers, s.kept_attention, 0.05 * s.kept_attention) << what;
       EXPECT_NEAR((residual - none) / kLayers, s.kept_residual, 0.05 * s.kept_residual) << what;
-      // Everything but the backward's transient: the logits (made again in backward under tensor
-      // parallelism), the embedding's and final norm's outputs and each recomputed block's input.
-      // Beside them the loss holds the head's table as gathered: at one rank of the shard group a
-      // copy only where f32 values are rounded (a parameter, not an activation: the memory plan's).
-      const double logits = bmt::tp_size() > 1 ? 0.0 : s.logits;
-      const double head = dtype == bmt::DType::f32 ? 0.0
-                                                   : static_cast<double>(c.vocab / bmt::tp_size() * c.dim *
-                                                                         static_cast<std::int64_t>(bmt::dtype_size(dtype)));
-      const double forward =
-          s.fixed - s.logits - s.backward_transient + logits + head - 2 * s.kept_block + kLayers * s.recomputed_block;
+      // Everything but the backward's transient: the logits (whole at tp 1, where the loss is not
+      // in chunks), the embedding's and final norm's outputs and each recomputed block's input. At
+      // tp 1 the loss holds the head's table as gathered beside them: at one rank of the shard group
+      // a copy only where f32 values are rounded (a parameter, not an activation: the memory
+      // plan's). At tp > 1 the loss is in chunks: it holds the head's gradients instead, neither the
+      // table nor the final norm's output gathered for it.
+      const bool chunked = bmt::tp_size() > 1;
+      EXPECT_EQ(s.head_gradients > 0, chunked) << what;
+      const double logits = chunked ? 0.0 : s.logits;
+      const double head = dtype == bmt::DType::f32 || chunked
+                              ? 0.0
+                              : static_cast<double>(c.vocab * c.dim * static_cast<std::int64_t>(bmt::dtype_size(dtype)));
+      const double gathered_h = chunked ? static_cast<double>(kTokens * c.dim * static_cast<std::int64_t>(bmt::dtype_size(dtype))) : 0.0;
+      const double forward = s.fixed - s.logits - s.backward_transient + logits + head - gathered_h -
+                             2 * s.kept_block + kLayers * s.recomputed_block;
       EXPECT_NEAR(none, forward, 0.15 * forward) << what;
     }
 }

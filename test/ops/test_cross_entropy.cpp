@@ -3,9 +3,12 @@
 // the all-ignored case, out-of-range targets, and the gradient written over logits nobody holds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "bmtrain/kernels/basic.hpp"
+#include "bmtrain/kernels/cross_entropy.hpp"
 #include "bmtrain/kernels/index_check.hpp"
 #include "bmtrain/ops/cross_entropy.hpp"
 #include "bmtrain/ops/matmul.hpp"
@@ -179,6 +182,58 @@ TEST(CrossEntropy, GradientOverwritesLogitsNobodyElseHolds) {
         << dtype_name(dt) << ": backward's peak allocation " << in_place << " bytes overwriting the logits, " << kept
         << " keeping them, where the logits take " << logits_bytes;
   }
+}
+
+// The count linear_cross_entropy takes ahead of the logits: targets in [0, V) other than
+// ignore_index, for i32 and i64 targets, a custom ignore_index, out-of-range ones and none at all.
+TEST(CrossEntropy, CountTargetsCountsWhatTheLossIsAveragedOver) {
+  const std::int64_t V = 9;
+  auto count = [&](const Tensor& targets, std::int64_t ignore) {
+    const Tensor c = Tensor::empty({}, DType::f32);
+    kernels::count_targets(targets, V, ignore, c);
+    return c.to_host_floats()[0];
+  };
+  std::vector<std::int64_t> t = random_targets(1000, V, 40, 0.3);
+  t[3] = V;  // out of range: not counted
+  t[4] = -7;
+  float want = 0;
+  for (std::int64_t x : t) want += x >= 0 && x < V ? 1.0f : 0.0f;
+  EXPECT_EQ(count(Tensor::from_ints(t, {1000}), -100), want);
+  EXPECT_EQ(count(Tensor::from_ints(t, {10, 100}, DType::i32), -100), want);
+  EXPECT_EQ(count(Tensor::from_ints(t, {1000}), 2), want - static_cast<float>(std::count(t.begin(), t.end(), 2)));
+  EXPECT_EQ(count(Tensor::from_ints({}, {0}), -100), 0.0f);
+  // Its count is the one the loss's kernel arrives at.
+  const Tensor logits = testing::random_tensor({1000, V}, 41);
+  const Tensor lse = Tensor::empty({1000}, DType::f32), loss = Tensor::empty({}, DType::f32),
+               forward_count = Tensor::empty({}, DType::f32);
+  std::vector<std::int64_t> in_range = random_targets(1000, V, 42, 0.3);
+  kernels::cross_entropy_forward(logits, Tensor::from_ints(in_range, {1000}), -100, lse, loss, forward_count);
+  EXPECT_EQ(count(Tensor::from_ints(in_range, {1000}), -100), forward_count.to_host_floats()[0]);
+}
+
+// A gradient made for an upstream gradient of 1, scaled by the real one: written in f32 or rounded
+// once to bf16, or added into what the output holds.
+TEST(CrossEntropy, ScaleByGradLossWritesOrAdds) {
+  const std::int64_t n = 777;
+  const std::vector<float> g = random_floats(n, 43), before = random_floats(n, 44);
+  const Tensor grad = Tensor::from_floats(g, {n}), grad_loss = Tensor::from_floats({-0.37f}, {});
+  const Tensor f32_out = Tensor::empty({7, 111}, DType::f32);
+  kernels::scale_by_grad_loss(grad, grad_loss, f32_out, false);
+  const Tensor added = Tensor::from_floats(before, {n});
+  kernels::scale_by_grad_loss(grad, grad_loss, added, true);
+  const Tensor bf16_out = Tensor::empty({n}, DType::bf16);
+  kernels::scale_by_grad_loss(grad, grad_loss, bf16_out, false);
+  const std::vector<float> got = f32_out.to_host_floats(), got_added = added.to_host_floats(),
+                           got_bf16 = bf16_out.to_host_floats(),
+                           want_bf16 = cast(f32_out, DType::bf16).to_host_floats();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = -0.37f * g[i];
+    ASSERT_EQ(got[i], v) << "at " << i;
+    ASSERT_EQ(got_added[i], before[i] + v) << "at " << i;
+    ASSERT_EQ(got_bf16[i], want_bf16[i]) << "at " << i;
+  }
+  EXPECT_THROW(kernels::scale_by_grad_loss(bf16_out, grad_loss, f32_out, false), Error);
+  EXPECT_THROW(kernels::scale_by_grad_loss(grad, grad_loss, Tensor::empty({n - 1}, DType::f32), false), Error);
 }
 
 TEST(CrossEntropy, RejectsOutOfRangeTargets) {

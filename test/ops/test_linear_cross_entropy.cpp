@@ -1,7 +1,8 @@
 // linear_cross_entropy: loss and gradients against linear then cross_entropy at every chunking
 // (one row, uneven chunks, one chunk for all), against finite differences, half precision against
 // f32, all rows ignored, a weight gradient added into an existing f32 buffer, the position named for
-// a bad target in a later chunk, bad arguments, and a peak allocation one chunk's logits wide.
+// a bad target in a later chunk, bad arguments, a peak allocation one chunk's logits wide, and
+// gradients made in forward only when a backward may follow.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,6 +190,34 @@ TEST(LinearCrossEntropy, PeakMemoryIsOneChunkOfLogits) {
   EXPECT_LE(chunked + logits_bytes * 3 / 4, unfused)
       << "peak " << chunked << " bytes in chunks of " << chunk << " rows, " << unfused << " through whole logits of "
       << logits_bytes;
+}
+
+// With a backward to follow, forward makes the gradients (an f32 [V, C] buffer for the weight's);
+// for a loss alone (no grad mode, or inputs needing no gradient) it makes none.
+TEST(LinearCrossEntropy, ForwardMakesGradientsOnlyWhenABackwardMayFollow) {
+  const std::int64_t N = 64, C = 64, V = 2000, chunk = 8;
+  const Tensor h = testing::random_tensor({N, C}, 28);
+  const Tensor w = testing::random_tensor({V, C}, 29);
+  const Tensor t = Tensor::from_ints(random_targets(N, V, 30, 0.1), {N});
+  const std::size_t weight_gradient = static_cast<std::size_t>(V * C) * sizeof(float);
+  auto forward_peak = [&](bool grad_mode, bool inputs_need_grad) {
+    const Tensor hi = h.detach().set_requires_grad(inputs_need_grad), wi = w.detach().set_requires_grad(inputs_need_grad);
+    const std::size_t before = memory_stats().allocated_bytes;
+    CachingAllocator::instance().reset_peak();
+    {
+      const autograd::NoGradGuard no_grad;
+      if (grad_mode) {
+        const autograd::EnableGradGuard on;
+        linear_cross_entropy(hi, wi, t, chunk);
+      } else {
+        linear_cross_entropy(hi, wi, t, chunk);
+      }
+    }
+    return memory_stats().peak_allocated_bytes - before;
+  };
+  EXPECT_GE(forward_peak(true, true), weight_gradient);
+  EXPECT_LT(forward_peak(false, true), weight_gradient / 2);
+  EXPECT_LT(forward_peak(true, false), weight_gradient / 2);
 }
 
 }  // namespace

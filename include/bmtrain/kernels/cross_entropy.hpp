@@ -23,6 +23,15 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
                             const Tensor& lse, const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits);
 
+// count = how many targets lie in [0, vocab) and are not ignore_index (an f32 scalar): the count
+// cross_entropy_forward, or cross_entropy_combine over chunks, arrives at, known before any logits.
+void count_targets(const Tensor& targets, std::int64_t vocab, std::int64_t ignore_index, const Tensor& count);
+
+// out = grad_loss * grad, or out += that with accumulate: a gradient made for an upstream gradient
+// of 1 (ahead of backward) scaled by the loss's own once backward brings it. grad: contiguous f32;
+// out: contiguous, f32, bf16 or f16, grad's element count; grad_loss: an f32 device scalar.
+void scale_by_grad_loss(const Tensor& grad, const Tensor& grad_loss, const Tensor& out, bool accumulate);
+
 // The loss over rows taken in chunks: parts is f32 [chunks, 2], each row a chunk's (mean loss,
 // count) as cross_entropy_forward wrote them; loss = sum(mean * count) / sum(count) (0 when no row
 // counts), count = sum(count), folded on the device in chunk order.

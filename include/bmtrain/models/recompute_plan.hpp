@@ -32,6 +32,10 @@ struct ActivationSizes {
                       // vocabulary columns), which a forward keeps only at tp 1 without chunks
   double backward_transient = 0;  // of fixed, beside the recompute: what an FP8 product's backward
                                   // makes for itself (0 without fp8)
+  double head_gradients = 0;  // of fixed, what the loss in chunks (linear_cross_entropy, and at
+                              // tp > 1 vocab_parallel_cross_entropy) makes in its forward and holds
+                              // for backward: the f32 gradients of its h [N, C] and of this rank's
+                              // head [V/tp, C] (0 for the whole logits' loss, and in f16)
 };
 ActivationSizes activation_sizes(const ModelConfig& config, const CausalLMOptions& options, std::int64_t tokens);
 

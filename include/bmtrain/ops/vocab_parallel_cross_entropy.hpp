@@ -10,8 +10,9 @@
 // every rank. Per chunk of chunk_rows rows: this rank's logits [rows, V/tp] (one GEMM), their row
 // maxima all-reduced (max) over the group, then each row's sum of exp(logit - max) and its target's
 // logit (from the rank that holds the target; 0 from the others) all-reduced (sum): logsumexp and
-// the loss follow on every rank alike. Backward makes the chunk's logits again and turns them into
-// this rank's columns of the gradient.
+// the loss follow on every rank alike. The chunk's logits then turn into this rank's columns of
+// their gradient, as linear_cross_entropy's do (in the forward when a backward may follow, else
+// made again in backward).
 //
 // The loss is linear_cross_entropy's on the whole head (same ignore_index and mean: over the rows
 // whose target is not ignore_index; 0, with zero gradients, when every target is ignored), up to
