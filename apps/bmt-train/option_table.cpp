@@ -239,7 +239,8 @@ std::vector<OptionRow> make_table() {
           .on_resume(Effect::updates));
   add(Row("--loss-chunk", &O::loss_chunk,
           "Run the head and loss this many token rows at a time, never holding all the logits "
-          "(bmt::linear_cross_entropy; one more head GEMM); 0: all rows at once")
+          "(bmt::linear_cross_entropy; the head's gradients made as the loss is, held in f32 to the "
+          "backward); 0: all rows at once")
           .takes(at_least(0, "0: all rows"))
           .shows_default());
 
