@@ -147,7 +147,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
 
 void count_targets(const Tensor& targets, std::int64_t vocab, std::int64_t ignore_index, const Tensor& count) {
   const char* op = "count_targets";
-  BMT_REQUIRE(targets.defined() && targets.is_contiguous(), op << ": expected contiguous targets");
+  BMT_REQUIRE(targets.defined() && targets.is_contiguous(),
+              op << ": expected contiguous targets, found "
+                 << (targets.defined() ? "strided " + to_string(targets.shape()) : std::string("none")));
   check_scalar(count, "count", op);
   const std::int64_t N = targets.numel();
   float* countp = view1<float>(count, op).data();
