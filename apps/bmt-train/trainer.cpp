@@ -476,7 +476,7 @@ int Trainer::run() {
     export_hf();
   }
   const double total = std::chrono::duration<double>(Clock::now() - run_start).count();
-  bmt::print_rank("trained ", o_.steps - start, " steps in ", total, " s");
+  bmt::print_rank("trained ", o_.steps - start, " steps in ", seconds_text(total));
   if (!o_.timeline.empty()) {
     fault_.at(FaultInjection::Point::timeline, o_.steps);
     bmt::run_on_every_rank(MPI_COMM_NULL, [&] { bmt::timeline::write(); });

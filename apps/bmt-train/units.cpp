@@ -1,5 +1,6 @@
 #include "units.hpp"
 
+#include <iomanip>
 #include <sstream>
 
 namespace bmt_train {
@@ -24,6 +25,12 @@ std::string count_text(double n) {
   else if (n >= 1e6) os << n / 1e6 << "M";
   else if (n >= 1e3) os << n / 1e3 << "K";
   else os << n;
+  return os.str();
+}
+
+std::string seconds_text(double seconds) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(seconds < 10.0 ? 2 : 1) << seconds << " s";
   return os.str();
 }
 
