@@ -159,6 +159,15 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   return scatter_tokens(embedding_part(flat, weight.gather(), first_row_));
 }
 
+ReplicatedLinear::ReplicatedLinear(std::int64_t in, std::int64_t out, bool with_bias, DType dtype,
+                                   init::Fn weight_init)
+    : parameters_(in, out, with_bias, dtype, std::move(weight_init)) {
+  weight = parameters_.weight;
+  bias = parameters_.bias;
+  register_parameter("weight", weight);
+  if (bias.defined()) register_parameter("bias", bias);
+}
+
 Tensor ReplicatedLinear::forward_gathered(const Tensor& x, std::int64_t first, std::int64_t count) const {
   BMT_REQUIRE(first >= 0 && count > 0 && first + count <= out_features(),
               "nn::ReplicatedLinear: expected outputs [first, first + count) within " << out_features() << ", found ["

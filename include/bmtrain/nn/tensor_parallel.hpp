@@ -114,20 +114,31 @@ class VocabParallelEmbedding : public Module {
   std::int64_t first_row_ = 0;
 };
 
-// nn::Linear with its whole weight on every rank of the group (replicated), applied to rows that are
-// the same on every rank (gathered by gather_tokens), computing only outputs [first, first + count):
-// grouped-query attention with fewer key/value heads than ranks computes on each rank just the head
-// its query heads read. The weight goes through copy_tp, so its gradient sums every rank's share.
-class ReplicatedLinear : public Linear {
+// A linear layer with its whole weight on every rank of the group (replicated), applied to rows
+// that are the same on every rank (gathered by gather_tokens), computing only outputs
+// [first, first + count): grouped-query attention with fewer key/value heads than ranks computes on
+// each rank just the head its query heads read. The weight goes through copy_tp, so its gradient
+// sums every rank's share. Its parameters are nn::Linear's (same names, shapes and initializers),
+// but it has no forward of its own: a plain product would leave the weight's gradient one rank's.
+class ReplicatedLinear : public Module {
  public:
-  using Linear::Linear;
+  DistributedParameter weight, bias;  // [out, in] and [out]; bias: undefined when built without one
+
+  ReplicatedLinear(std::int64_t in, std::int64_t out, bool with_bias = true, DType dtype = DType::f32,
+                   init::Fn weight_init = {});
+
   Tensor forward_gathered(const Tensor& x, std::int64_t first, std::int64_t count) const;
+
+  std::int64_t in_features() const { return weight.size(1); }
+  std::int64_t out_features() const { return weight.size(0); }
   // Products in FP8 as nn::Linear::set_fp8, but the weight stays gathered in its dtype: the product
   // reads a slice of it (through copy_tp), which whole-weight float8 codes would not give.
-  void set_fp8(bool on) {
-    Linear::set_fp8(on);
-    weight.impl()->param->gather_float8 = false;
-  }
+  void set_fp8(bool on) { fp8_ = on; }
+  bool fp8() const { return fp8_; }
+
+ private:
+  Linear parameters_;  // makes weight and bias as nn::Linear does; not a child module
+  bool fp8_ = false;
 };
 
 // nn::LayerNorm and nn::RMSNorm on sequence-parallel rows: the same parameters (replicated), used
