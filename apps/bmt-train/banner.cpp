@@ -92,7 +92,7 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
                   ctx.world_comm().backend(), ")  dtype ", bmt::dtype_name(cfg.dtype), "  zero level ", o.zero_level,
                   recompute_description(f.model_options, cfg.layers), "  prefetch ", o.prefetch,
                   o.offload ? (o.offload_delayed ? "  optimizer offloaded (delayed update)" : "  optimizer offloaded")
-                            : "",
+                            : (o.update_in_forward ? "  optimizer updates in the next forward" : ""),
                   o.loss_chunk > 0 ? "  loss in chunks of " + std::to_string(o.loss_chunk) + " rows" : std::string(),
                   o.fp8 ? "  blocks' linear layers in FP8" : "",
                   bmt::kernels::gemm_autotune() ? "  GEMMs autotuned" : "");

@@ -237,6 +237,10 @@ std::vector<OptionRow> make_table() {
           "With --offload: copy each update to the device during the next step's backward, so that the host "
           "update runs beside the whole next step; each gradient is then taken one update behind")
           .on_resume(Effect::updates));
+  add(Row("--update-in-forward", &O::update_in_forward,
+          "Run each block's optimizer update when the next forward gathers the block, on the gather stream "
+          "beside the compute of the blocks before it, instead of all at once after the backward (the same "
+          "updates; each block's gradient shard lives until its update); not with --offload"));
   add(Row("--loss-chunk", &O::loss_chunk,
           "Run the head and loss this many token rows at a time, never holding all the logits "
           "(bmt::linear_cross_entropy; the head's gradients made as the loss is, held in f32 to the "

@@ -195,6 +195,9 @@ bool parse_options(int argc, char** argv, TrainOptions& o, int& exit_code) {
   BMT_REQUIRE(o.batch <= max_tokens / o.seq, "--batch and --seq: expected at most " << max_tokens
                                                 << " tokens per step, found " << o.batch << " x " << o.seq);
   BMT_REQUIRE(o.offload || !o.offload_delayed, "--offload-delayed: expected --offload with it, found it alone");
+  BMT_REQUIRE(!o.offload || !o.update_in_forward,
+              "--update-in-forward: expected the optimizer on the device, found --offload (whose update runs on the "
+              "host as the gradients arrive)");
   // What a recompute keeps means nothing without one: asked for both, say so rather than ignore it.
   for (const auto& [flag, set] : {std::pair{"--keep-attention", o.keep_attention}, {"--keep-residual", o.keep_residual}})
     BMT_REQUIRE(!set || o.checkpointing,

@@ -36,6 +36,7 @@ struct TrainOptions {
   int prefetch = 1;
   bool offload = false;
   bool offload_delayed = false;
+  bool update_in_forward = false;  // each block's optimizer update runs when the next forward gathers it
   std::int64_t loss_chunk = 0;  // rows of the head and loss at a time (0: all at once)
   // data
   std::string data = "synthetic";

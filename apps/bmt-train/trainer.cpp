@@ -197,6 +197,7 @@ void Trainer::build_optimizer() {
   ao.weight_decay = o_.weight_decay;
   ao.offload = o_.offload;
   ao.delayed_update = o_.offload_delayed;
+  ao.update_in_forward = o_.update_in_forward;
   ao.moments = bmt::parse_dtype(o_.moments);
   bmt::run_on_every_rank(MPI_COMM_NULL, [&] { adamw_ = std::make_unique<bmt::optim::AdamW>(*model_, ao); });
   plan_.host_threads = adamw_->host_threads();

@@ -87,14 +87,14 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const __grid_constant__
 }
 
 template <class Mo>
-void launch_all(const std::vector<AdamWRange>& ranges, const AdamWScalars& s) {
+void launch_all(const std::vector<AdamWRange>& ranges, const AdamWScalars& s, cudaStream_t stream) {
   Table t;  // ~13 KB: one table reused for every launch
   t.count = 0;
   std::int64_t blocks = 0;
   auto flush = [&] {
     if (t.count == 0) return;
     t.first_block[t.count] = static_cast<std::int32_t>(blocks);
-    adamw_kernel<Mo><<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(t, s);
+    adamw_kernel<Mo><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(t, s);
     check_launch();
     t.count = 0;
     blocks = 0;
@@ -113,11 +113,11 @@ void launch_all(const std::vector<AdamWRange>& ranges, const AdamWScalars& s) {
 
 }  // namespace
 
-bool adamw_step(DType moments, const std::vector<AdamWRange>& ranges, const AdamWScalars& s) {
+bool adamw_step(DType moments, const std::vector<AdamWRange>& ranges, const AdamWScalars& s, Stream& stream) {
   if (!available()) return false;
   switch (moments) {
-    case DType::f32: launch_all<float>(ranges, s); return true;
-    case DType::bf16: launch_all<bf16_t>(ranges, s); return true;
+    case DType::f32: launch_all<float>(ranges, s, stream.native()); return true;
+    case DType::bf16: launch_all<bf16_t>(ranges, s, stream.native()); return true;
     default: return false;
   }
 }

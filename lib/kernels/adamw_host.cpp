@@ -4,6 +4,6 @@
 
 namespace bmt::kernels::seam {
 
-bool adamw_step(DType, const std::vector<AdamWRange>&, const AdamWScalars&) { return false; }
+bool adamw_step(DType, const std::vector<AdamWRange>&, const AdamWScalars&, Stream&) { return false; }
 
 }  // namespace bmt::kernels::seam

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bmtrain/runtime/dtype.hpp"
+#include "bmtrain/runtime/stream.hpp"
 
 namespace bmt::kernels::seam {
 
@@ -28,8 +29,8 @@ struct AdamWScalars {
 };
 
 // Queues the update of every range (moments of dtype `moments`: f32 or bf16, read into f32 and
-// rounded to nearest even when stored) on the compute stream; false when the backend leaves it to
-// the portable kernel.
-bool adamw_step(DType moments, const std::vector<AdamWRange>& ranges, const AdamWScalars& s);
+// rounded to nearest even when stored) on `stream`; false when the backend leaves it to the
+// portable kernel.
+bool adamw_step(DType moments, const std::vector<AdamWRange>& ranges, const AdamWScalars& s, Stream& stream);
 
 }  // namespace bmt::kernels::seam

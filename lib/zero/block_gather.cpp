@@ -104,6 +104,7 @@ void ShardedStorage::gather_into(const Tensor& full, const Tensor& staging, Comm
   // (set_fp8 after a gather) never outgrows a buffer earlier gathers may still be reading.
   if (!gather_amax_.defined())
     gather_amax_ = Tensor::empty({static_cast<std::int64_t>(entries_.size())}, DType::f32);
+  run_deferred_update(stream);
   stream.wait(values_written_);
   timeline::Span span(stream, "gather", name_);
 

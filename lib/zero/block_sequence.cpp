@@ -310,6 +310,9 @@ class BlockSequence final : public autograd::Function {
   Gathered gather(std::size_t b, std::size_t k) {
     Context& ctx = context();
     ShardedStorage& storage = blocks_[b]->storage();
+    // An optimizer update left to this use runs here, on the gather stream, beside the compute of
+    // the blocks before this one (ShardedStorage::defer_update).
+    storage.run_deferred_update(ctx.gather_stream());
     Gathered g;
     if (binds_shard(storage)) {
       g.buffer = storage.shard();

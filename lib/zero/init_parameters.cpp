@@ -16,10 +16,12 @@ void place(Module& m, const std::string& prefix, std::vector<std::unique_ptr<Sha
     auto& block = static_cast<CheckpointBlockBase&>(m);
     BMT_REQUIRE(!block.has_storage(), "init_parameters: expected one call per model, found block '" << prefix
                                                                                                     << "' initialized twice");
-    block.set_storage(std::make_unique<ShardedStorage>(prefix.empty() ? "block" : prefix,
-                                                       m.named_parameters(prefix.empty() ? "" : prefix + "."),
-                                                       mesh.shard_rank, mesh.shard_size, seed, mesh.replica_count,
-                                                       mesh.replica_rank));
+    auto storage = std::make_unique<ShardedStorage>(prefix.empty() ? "block" : prefix,
+                                                    m.named_parameters(prefix.empty() ? "" : prefix + "."),
+                                                    mesh.shard_rank, mesh.shard_size, seed, mesh.replica_count,
+                                                    mesh.replica_rank);
+    storage->set_belongs_to_block();
+    block.set_storage(std::move(storage));
     return;
   }
   for (const auto& [name, p] : m.parameters_here()) {

@@ -138,7 +138,10 @@ std::vector<Tensor> ShardedStorage::norm_parts(const Tensor& grad) const {
 }
 
 const Tensor& ShardedStorage::shard() const {
-  if (is_initialized()) context().compute_stream().wait(values_written_);
+  if (is_initialized()) {
+    run_deferred_update(context().compute_stream());
+    context().compute_stream().wait(values_written_);
+  }
   return shard_;
 }
 
@@ -154,6 +157,30 @@ void ShardedStorage::hold_values_in_f32() {
 }
 
 void ShardedStorage::values_written(const Event& done) { values_written_ = done; }
+
+void ShardedStorage::defer_update(DeferredUpdate update) {
+  BMT_REQUIRE(!deferred_update_, "ShardedStorage '" << name_ << "': expected the last deferred update run before "
+                                                               "deferring another, found it pending");
+  deferred_update_ = std::move(update);
+  deferred_after_ = context().compute_stream().record();
+}
+
+void ShardedStorage::run_deferred_update(Stream& stream) const {
+  if (!deferred_update_) return;
+  const DeferredUpdate update = std::move(deferred_update_);
+  deferred_update_ = nullptr;
+  Stream& compute = context().compute_stream();
+  stream.wait(deferred_after_);
+  stream.wait(values_written_);
+  {
+    timeline::Span span(stream, "optimizer update", name_);
+    update(stream);
+  }
+  values_written_ = stream.record();
+  // What the update read (the gradient, whose shard the step gave back) returns to the allocator
+  // in the compute stream's order: that order now comes after the update.
+  if (&stream != &compute) compute.wait(values_written_);
+}
 
 void ShardedStorage::gradient_read(const Event& done) { gradient_read_ = done; }
 
@@ -246,6 +273,7 @@ void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Str
   BMT_REQUIRE(full.nbytes() >= static_cast<std::size_t>(total_) * dtype_size(dtype_),
               "ShardedStorage '" << name_ << "': expected a gather buffer of " << total_ * dtype_size(dtype_)
                                  << " bytes, found " << full.nbytes());
+  run_deferred_update(stream);
   stream.wait(values_written_);
   timeline::Span span(stream, "gather", name_);
   const auto count = static_cast<std::size_t>(shard_size_);

@@ -7,7 +7,7 @@
 # losses as they were, with dropout too; --offload gives the on-device run's losses (within 1e-5),
 # resumes across modes and says its host memory; --offload-delayed resumes exactly; a Llama 3 model
 # trains on an llm.c shard of uint32 tokens; --moments bf16 and --fp8 train, and a resume that changes
-# either says what follows.
+# either says what follows; --update-in-forward gives the same losses and resumes exactly.
 # Usage: bmt_train_cli.sh MAX_RANKS BMT_TRAIN MPIEXEC [MPIEXEC_PREFLAGS...]
 # MAX_RANKS (at least 2): the most ranks a run may start (one per GPU on a CUDA build).
 set -u
@@ -217,6 +217,26 @@ run 2 "${tiny[@]}" --dtype bf16 --steps 6 --resume "$work/ckpt_fp8" >"$work/from
   || fail "resuming an --fp8 checkpoint without it failed"
 grep -q "resume: no --fp8 (the checkpoint's run: --fp8): the updates from step 5 on follow the new setting" \
   "$work/from_fp8.out" || fail "--fp8 dropped on resume: not said: $(cat "$work/from_fp8.out")"
+# --update-in-forward: the same updates, each block's run when the next forward gathers it, so the
+# losses are those of the update at the step exactly (in f32, and in bf16 with FP8 weights gathered
+# as codes); a checkpoint written with the blocks' updates pending resumes as the writer went on;
+# and it is refused with --offload.
+run 2 "${tiny[@]}" --steps 8 --update-in-forward --metrics "$work/in_forward.jsonl" --save "$work/ckpt_in_forward" \
+  --save-every 4 >"$work/in_forward.out" || fail "--update-in-forward run failed"
+[ "$(losses "$work/in_forward.jsonl")" = "$(losses "$work/full.jsonl")" ] \
+  || fail "--update-in-forward: losses $(losses "$work/in_forward.jsonl" | tr '\n' ' ') differ from the update at the step"
+grep -q "optimizer updates in the next forward" "$work/in_forward.out" \
+  || fail "--update-in-forward: the header does not say so: $(cat "$work/in_forward.out")"
+run 2 "${tiny[@]}" --steps 8 --update-in-forward --metrics "$work/in_forward_resumed.jsonl" \
+  --resume "$work/ckpt_in_forward/step-4" >/dev/null || fail "--update-in-forward resume failed"
+[ "$(losses "$work/in_forward.jsonl" | tail -4)" = "$(losses "$work/in_forward_resumed.jsonl")" ] \
+  || fail "--update-in-forward resumed: losses $(losses "$work/in_forward_resumed.jsonl" | tr '\n' ' ') differ from the writer's"
+run 2 "${tiny[@]}" --dtype bf16 --steps 4 --fp8 --update-in-forward --metrics "$work/fp8_in_forward.jsonl" >/dev/null \
+  || fail "--fp8 --update-in-forward run failed"
+[ "$(losses "$work/fp8_in_forward.jsonl")" = "$(losses "$work/fp8.jsonl")" ] \
+  || fail "--fp8 --update-in-forward: losses $(losses "$work/fp8_in_forward.jsonl" | tr '\n' ' ') differ from --fp8's"
+expect_usage_error "--update-in-forward with --offload" "--update-in-forward: expected the optimizer on the device, found --offload" \
+  2 "${tiny[@]}" --steps 1 --update-in-forward --offload
 
 # Llama 3's vocabulary from an llm.c "llama-3" shard (uint32 tokens under the magic number
 # 20240801): ids above 65535 reach the model as themselves, so a vocabulary of 65536 refuses them.

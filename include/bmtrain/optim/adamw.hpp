@@ -45,6 +45,13 @@ struct AdamWOptions {
   bool delayed_update = false;
   // With offload: host threads for the update; 0: bmt::host_threads() (this rank's share of cores).
   int host_threads = 0;
+  // On the device: update each CheckpointBlock's shard when the next forward gathers the block,
+  // on the gather stream beside the compute of the blocks before it, instead of all at once after
+  // the backward (parameters outside blocks are still updated at the step). The same arithmetic on
+  // the same values: only when it runs changes. Each block's gradient shard then lives until its
+  // update (ShardedStorage::defer_update), and anything that reads the values or the optimizer's
+  // state first runs the update it finds pending; flush() runs them all.
+  bool update_in_forward = false;
   // The moments' dtype: f32, or bf16 (2 bytes each a parameter instead of 4), which needs betas
   // of at most kMaxBf16MomentBeta (bmt-train's 0.9 and 0.95 are; the default beta2 0.999 is not).
   DType moments = DType::f32;
@@ -75,7 +82,6 @@ class AdamW final : public Optimizer {
   struct State {
     Tensor exp_avg, exp_avg_sq;  // in options_.moments
   };
-  void step_device(std::size_t k, float lr, const GradScale& scale, float bias1, float bias2);
   AdamWOptions options_;
   std::vector<State> state_;
   std::unique_ptr<detail::OffloadedAdamW> offloaded_;

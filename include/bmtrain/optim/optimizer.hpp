@@ -52,8 +52,9 @@ class Optimizer {
   virtual void backward_begins(bool /*last_micro_batch*/) {}
   virtual void backward_ends(bool /*last_micro_batch*/) {}
   // Brings the model's values up to date with the optimizer's state and waits for the optimizer's
-  // work in flight (an offloaded AdamW with a delayed update copies its last update back): before
-  // saving a checkpoint, say. Nothing to do for an optimizer that updates on the device.
+  // work in flight (an offloaded AdamW with a delayed update copies its last update back; an AdamW
+  // that updates in the forward runs the updates still pending): before saving a checkpoint, say.
+  // Nothing to do for an optimizer that updates on the device at its step.
   virtual void flush() {}
 
   void zero_grad();

@@ -149,6 +149,23 @@ class ShardedStorage {
   // at `done`: the next gradient written into the shard (a reduction, a backward) waits for it.
   void gradient_read(const Event& done);
 
+  // A CheckpointBlock's storage: the block scheduler gathers it ahead of each use (init_parameters
+  // marks it so).
+  bool belongs_to_block() const { return belongs_to_block_; }
+  void set_belongs_to_block() { belongs_to_block_ = true; }
+
+  // An update of this rank's values that an optimizer step has decided but leaves to run when the
+  // values are next used (AdamWOptions::update_in_forward): `update(stream)` queues it on `stream`,
+  // holding what it reads (the gradient, the step's scale) itself. The block scheduler runs a
+  // block's on the gather stream just before gathering it, beside the compute of the blocks before
+  // it; any other use of the values (shard(), values(), a gather) runs it first. It starts after the
+  // work the compute stream had queued when it was deferred, and the values' readers wait for it.
+  // The memory it read goes back to the allocator only after it (the compute stream waits for it).
+  using DeferredUpdate = std::function<void(Stream& stream)>;
+  void defer_update(DeferredUpdate update);
+  bool has_deferred_update() const { return static_cast<bool>(deferred_update_); }
+  void run_deferred_update(Stream& stream) const;
+
   // Told when this storage has every gradient of a backward queued (gradient_complete()): an
   // offloaded optimizer starts moving the gradient to the host then, while the backward goes on.
   using GradientListener = std::function<void(ShardedStorage&)>;
@@ -221,7 +238,10 @@ class ShardedStorage {
   Event reduced_;              // completion of the reduction in flight
   Tensor reducing_;            // its input, kept alive until then
   bool bound_ = false;
-  Event values_written_;       // values_written(): readers of the shard wait for it
+  mutable Event values_written_;  // values_written(): readers of the shard wait for it
+  mutable DeferredUpdate deferred_update_;  // defer_update(), until run_deferred_update()
+  Event deferred_after_;       // the compute stream when the update was deferred
+  bool belongs_to_block_ = false;
   Event gradient_read_;        // gradient_read(): writers of the gradient shard wait for it
   GradientListener listener_;
   std::uint64_t gradient_version_ = 0;
