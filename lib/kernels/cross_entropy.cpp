@@ -1,7 +1,9 @@
 // Forward: one team per row (max, f32 sum of exp, logsumexp, the row's loss), then one team folds
 // the per-row losses into the mean in a fixed order (deterministic, no atomics, no host round trip).
-// Backward: one team per row writes (exp(x - lse) - onehot) * grad / count.
+// Backward: one team per row writes (exp(x - lse) - onehot) * grad / count (the vocabulary-parallel
+// backward's kernel, with the whole vocabulary as its part).
 #include "bmtrain/kernels/cross_entropy.hpp"
+#include "bmtrain/kernels/vocab_parallel_cross_entropy.hpp"
 
 #include "memory_bound_seam.hpp"
 #include "row_reduce.hpp"
@@ -73,34 +75,6 @@ void forward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t ig
       });
 }
 
-template <class T, class I>
-void backward_kernel(const Tensor& logits, const Tensor& targets, std::int64_t ignore, const Tensor& lse,
-                     const Tensor& count, const Tensor& grad_loss, const Tensor& dlogits, CeShape s) {
-  const char* op = "cross_entropy_backward";
-  const std::int64_t V = s.vocab;
-  const T* xp = view1<T>(logits, op).data();
-  const I* tp = view1<I>(targets, op).data();
-  const float* lsep = view1<float>(lse, op).data();
-  const float* countp = view1<float>(count, op).data();
-  const float* gp = view1<float>(grad_loss, op).data();
-  T* dxp = view1<T>(dlogits, op).data();
-  Kokkos::parallel_for(
-      "bmt::cross_entropy_backward", row_policy(s.rows, op), KOKKOS_LAMBDA(const Team& team) {
-        const std::int64_t r = team.league_rank();
-        const T* xr = xp + r * V;
-        T* dxr = dxp + r * V;
-        const std::int64_t t = static_cast<std::int64_t>(tp[r]);
-        const bool counted = t >= 0 && t < V && t != ignore;
-        const float n = countp[0];
-        const float scale = counted && n > 0.0f ? gp[0] / n : 0.0f;
-        const float l = lsep[r];
-        // Each element is read before it is written, by the same thread: dlogits may be logits.
-        team_map(
-            team, V, [&](std::int64_t j) { return scale * (kmath::exp(to_f32(xr[j]) - l) - (j == t ? 1.0f : 0.0f)); },
-            [&](std::int64_t j, float v) { dxr[j] = from_f32<T>(v); });
-      });
-}
-
 void check_scalar(const Tensor& t, const char* what, const char* op) {
   BMT_REQUIRE(t.defined() && t.numel() == 1 && t.dtype() == DType::f32,
               op << ": expected " << what << " to be an f32 scalar, found "
@@ -138,11 +112,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, std::in
   check_dtype(dlogits, logits.dtype(), op);
   if (s.rows == 0) return;
   if (seam::cross_entropy_backward(logits, targets, ignore_index, lse, count, grad_loss, dlogits)) return;
-  BMT_DISPATCH_FLOAT(logits.dtype(), op, T, {
-    BMT_DISPATCH_INDEX(targets.dtype(), op, I, {
-      backward_kernel<T, I>(logits, targets, ignore_index, lse, count, grad_loss, dlogits, s);
-    });
-  });
+  // The portable kernel is the vocabulary-parallel one's, the whole vocabulary being the one part.
+  vocab_part_backward(logits.view({s.rows, s.vocab}), targets.view({s.rows}), 0, s.vocab, ignore_index, lse, count,
+                      grad_loss, dlogits.view({s.rows, s.vocab}));
 }
 
 void count_targets(const Tensor& targets, std::int64_t vocab, std::int64_t ignore_index, const Tensor& count) {
