@@ -103,7 +103,10 @@ void print_banner(const TrainOptions& o, const ModelConfig& cfg, const RunPlan& 
                   f.entropy_rate >= 0 ? "  (lowest achievable loss " + std::to_string(f.entropy_rate) + ")" : std::string(),
                   "  steps ", o.steps, "  lr ", f.peak_lr, " ", o.schedule, " warmup ", o.warmup);
   bmt::print_rank("| state per parameter (", o.moments, " moments", o.offload ? ", offloaded" : "", "): ",
-                  f.memory.forward_device_bytes_per_parameter, " bytes on the device during forward, ",
+                  f.memory.forward_device_bytes_per_parameter,
+                  // The blocks' gradients then live until their updates, as the forward gathers them.
+                  o.update_in_forward ? " bytes on the device during forward once its blocks are updated, "
+                                      : " bytes on the device during forward, ",
                   f.memory.device_bytes_per_parameter, " at the peak, ", f.memory.host_bytes_per_parameter,
                   " on the host; each / ", ctx.mesh().shard_size, " ranks");
   bmt::print_rank("| ", traffic_description(o, cfg, f));

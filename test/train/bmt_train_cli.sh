@@ -226,6 +226,7 @@ run 2 "${tiny[@]}" --steps 8 --update-in-forward --metrics "$work/in_forward.jso
 [ "$(losses "$work/in_forward.jsonl")" = "$(losses "$work/full.jsonl")" ] \
   || fail "--update-in-forward: losses $(losses "$work/in_forward.jsonl" | tr '\n' ' ') differ from the update at the step"
 grep -q "optimizer updates in the next forward" "$work/in_forward.out" \
+  && grep -q "bytes on the device during forward once its blocks are updated" "$work/in_forward.out" \
   || fail "--update-in-forward: the header does not say so: $(cat "$work/in_forward.out")"
 run 2 "${tiny[@]}" --steps 8 --update-in-forward --metrics "$work/in_forward_resumed.jsonl" \
   --resume "$work/ckpt_in_forward/step-4" >/dev/null || fail "--update-in-forward resume failed"
