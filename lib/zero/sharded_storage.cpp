@@ -141,6 +141,7 @@ const Tensor& ShardedStorage::shard() const {
   if (is_initialized()) {
     run_deferred_update(context().compute_stream());
     context().compute_stream().wait(values_written_);
+    let_go_of_update();
   }
   return shard_;
 }
@@ -159,6 +160,7 @@ void ShardedStorage::hold_values_in_f32() {
 void ShardedStorage::values_written(const Event& done) { values_written_ = done; }
 
 void ShardedStorage::defer_update(DeferredUpdate update) {
+  let_go_of_update();
   BMT_REQUIRE(!deferred_update_, "ShardedStorage '" << name_ << "': expected the last deferred update run before "
                                                                "deferring another, found it pending");
   deferred_update_ = std::move(update);
@@ -167,19 +169,25 @@ void ShardedStorage::defer_update(DeferredUpdate update) {
 
 void ShardedStorage::run_deferred_update(Stream& stream) const {
   if (!deferred_update_) return;
-  const DeferredUpdate update = std::move(deferred_update_);
-  deferred_update_ = nullptr;
-  Stream& compute = context().compute_stream();
   stream.wait(deferred_after_);
   stream.wait(values_written_);
   {
     timeline::Span span(stream, "optimizer update", name_);
-    update(stream);
+    deferred_update_(stream);
   }
   values_written_ = stream.record();
-  // What the update read (the gradient, whose shard the step gave back) returns to the allocator
-  // in the compute stream's order: that order now comes after the update.
-  if (&stream != &compute) compute.wait(values_written_);
+  // What the update holds (the gradient, whose shard the step gave back) may return to the
+  // allocator, whose reuse follows the compute stream's order, once that order is past the update:
+  // on another stream, when the compute stream next waits for the values (let_go_of_update).
+  ran_update_ = std::move(deferred_update_);
+  deferred_update_ = nullptr;
+  if (&stream == &context().compute_stream()) ran_update_ = nullptr;
+}
+
+void ShardedStorage::let_go_of_update() const {
+  if (!ran_update_) return;
+  context().compute_stream().wait(values_written_);  // as a reader of the values has, or will
+  ran_update_ = nullptr;
 }
 
 void ShardedStorage::gradient_read(const Event& done) { gradient_read_ = done; }
@@ -293,6 +301,7 @@ void ShardedStorage::all_gather_into(const Tensor& full, Communicator& comm, Str
 }
 
 void ShardedStorage::bind(const Tensor& full) {
+  let_go_of_update();  // the compute stream, about to read the gathered values, is past the update
   const GatherLayout& l = gather_layout();
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];

@@ -160,7 +160,8 @@ class ShardedStorage {
   // block's on the gather stream just before gathering it, beside the compute of the blocks before
   // it; any other use of the values (shard(), values(), a gather) runs it first. It starts after the
   // work the compute stream had queued when it was deferred, and the values' readers wait for it.
-  // The memory it read goes back to the allocator only after it (the compute stream waits for it).
+  // What it holds goes back to the allocator once the compute stream's order is past it: when the
+  // values are next bound or read on the compute stream, which waits for them then anyway.
   using DeferredUpdate = std::function<void(Stream& stream)>;
   void defer_update(DeferredUpdate update);
   bool has_deferred_update() const { return static_cast<bool>(deferred_update_); }
@@ -215,6 +216,8 @@ class ShardedStorage {
   const Tensor& grad_shard_holder();
   // grad_shard_holder() for the compute stream to write: it waits for gradient_read() first.
   const Tensor& writable_grad_shard();
+  // Lets go of an update run on another stream, the compute stream waiting for it first.
+  void let_go_of_update() const;
   Tensor grad_part(const Tensor& full_grad, const Entry& e) const;
   bool zero_unwritten_parts();  // zeroes the gradient shard's unwritten parts; true if there were any
   std::string name_;
@@ -240,6 +243,7 @@ class ShardedStorage {
   bool bound_ = false;
   mutable Event values_written_;  // values_written(): readers of the shard wait for it
   mutable DeferredUpdate deferred_update_;  // defer_update(), until run_deferred_update()
+  mutable DeferredUpdate ran_update_;       // run on another stream, its memory held until let_go_of_update()
   Event deferred_after_;       // the compute stream when the update was deferred
   bool belongs_to_block_ = false;
   Event gradient_read_;        // gradient_read(): writers of the gradient shard wait for it
